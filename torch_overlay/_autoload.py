@@ -1,0 +1,64 @@
+"""Activation in every process of an environment (``python tools/apply.py``).
+
+The ``.pth`` file that apply.py writes calls ``install()`` at interpreter start.
+That must stay cheap, so nothing imports torch here: a meta-path finder waits for
+``torch._inductor.compile_fx`` (imported by the first ``torch.compile``) and then
+enables the overlays that ``$TORCH_OVERLAY`` selects (all by default). A failure
+warns and leaves stock Inductor in place; it never breaks the user's process.
+"""
+from __future__ import annotations
+
+import importlib.abc
+import importlib.util
+import sys
+import warnings
+
+TRIGGER = "torch._inductor.compile_fx"
+
+
+def activate() -> None:
+    import torch_overlay
+
+    try:
+        torch_overlay.enable()
+    except Exception as e:  # never take the user's process down
+        warnings.warn(f"torch_overlay: overlays not enabled, stock Inductor in use: {e}",
+                      stacklevel=2)
+
+
+class _EnableAfterLoad(importlib.abc.Loader):
+    def __init__(self, loader: importlib.abc.Loader) -> None:
+        self.loader = loader
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module) -> None:
+        self.loader.exec_module(module)
+        activate()
+
+
+class _WaitForInductor(importlib.abc.MetaPathFinder):
+    def __init__(self) -> None:
+        self._searching = False
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != TRIGGER or self._searching:
+            return None
+        self._searching = True
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            self._searching = False
+        if spec is not None and spec.loader is not None:
+            spec.loader = _EnableAfterLoad(spec.loader)
+        return spec
+
+
+def install() -> None:
+    if any(isinstance(f, _WaitForInductor) for f in sys.meta_path):
+        return
+    if TRIGGER in sys.modules:
+        activate()
+    else:
+        sys.meta_path.insert(0, _WaitForInductor())

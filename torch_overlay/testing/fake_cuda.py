@@ -1,0 +1,160 @@
+"""Generate CUDA Triton code on a machine without a GPU.
+
+``fake_cuda(profile)`` makes torch, Dynamo, Inductor and Triton answer the device
+queries they make while compiling as the profiled GPU would, and nothing more:
+no kernel is compiled or launched (``get_code`` stubs the module load).
+Inputs are FakeTensors on ``cuda``; see ``get_code`` in ``__init__.py``.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import sys
+from typing import Iterator
+from unittest import mock
+
+import torch
+
+from .gpu_profiles import GPUProfile
+
+
+class _FakeCudaDeviceProperties:
+    """Duck-types torch._C._CudaDeviceProperties for one profile."""
+
+    def __init__(self, profile: GPUProfile) -> None:
+        for field in profile.__dataclass_fields__:
+            setattr(self, field, getattr(profile, field))
+        self.uuid = "00000000-0000-0000-0000-000000000000"
+        self.pci_bus_id = self.pci_device_id = self.pci_domain_id = 0
+
+    def __repr__(self) -> str:
+        return f"_FakeCudaDeviceProperties(name={self.name!r}, major={self.major}, minor={self.minor})"
+
+
+def _triton_target(profile: GPUProfile):
+    from triton.backends.compiler import GPUTarget
+
+    return GPUTarget("cuda", profile.cc, profile.warp_size)
+
+
+def _module_bindings(name: str, obj) -> list[tuple[object, str]]:
+    """Every loaded torch module attribute bound to ``obj`` (``from x import name``)."""
+    found = []
+    for mod_name, mod in list(sys.modules.items()):
+        if mod is None or not mod_name.startswith("torch"):
+            continue
+        if getattr(mod, name, None) is obj:
+            found.append((mod, name))
+    return found
+
+
+@contextlib.contextmanager
+def fake_cuda(profile: GPUProfile) -> Iterator[None]:
+    # Import what we patch first: a module imported inside the context would bind
+    # the originals (from-imports) and escape the patches below.
+    import torch._inductor.compile_fx  # noqa: F401
+    import torch._inductor.scheduler  # noqa: F401
+    import torch._inductor.fx_passes.pad_mm  # noqa: F401
+    import torch._inductor.runtime.autotune_cache  # noqa: F401
+    import torch._inductor.kernel.mm_grouped  # noqa: F401
+    import torch.cuda.amp.common
+    import torch.utils._triton as triton_utils
+    from torch._dynamo import device_interface
+    from triton.compiler.compiler import make_backend
+
+    props = _FakeCudaDeviceProperties(profile)
+    target = _triton_target(profile)
+    backend = make_backend(target)
+
+    def get_device_properties(device=None):
+        return props
+
+    def get_device_capability(device=None):
+        return profile.capability
+
+    @functools.cache
+    def fake_triton_backend():
+        return backend
+
+    @functools.cache
+    def fake_triton_hash_with_backend():
+        import hashlib
+
+        from torch._inductor.runtime.triton_compat import triton_key
+
+        key = f"{triton_key()}-{backend.hash()}"
+        return hashlib.sha256(key.encode("utf-8")).hexdigest().upper()
+
+    def fake_driver_device_properties(device=0):
+        # what triton's CUDA driver reports (used for shared-memory limits)
+        return {
+            "max_shared_mem": profile.shared_memory_per_block_optin,
+            "multiprocessor_count": profile.multi_processor_count,
+            "max_num_regs": profile.regs_per_multiprocessor,
+            "warpSize": profile.warp_size,
+            "sm_clock_rate": 0,
+            "mem_clock_rate": 0,
+            "mem_bus_width": 0,
+        }
+
+    cuda_iface = device_interface.CudaInterface
+    patches = [
+        mock.patch("torch.cuda.is_available", lambda: True),
+        mock.patch("torch.cuda.device_count", lambda: 1),
+        mock.patch("torch.cuda.current_device", lambda: 0),
+        mock.patch("torch.cuda.set_device", lambda device: None),
+        mock.patch("torch.cuda._exchange_device", lambda device: 0),
+        mock.patch("torch.cuda._maybe_exchange_device", lambda device: 0),
+        mock.patch("torch.cuda._lazy_init", lambda: None),
+        # Dynamo saves and restores the CUDA RNG state around tracing
+        # Dynamo tracks the current stream only when an accelerator is live; there is none
+        mock.patch("torch.accelerator.is_available", lambda: False),
+        mock.patch("torch.cuda.get_rng_state", lambda device="cuda": torch.zeros(16, dtype=torch.uint8)),
+        mock.patch("torch.cuda.set_rng_state", lambda new_state, device="cuda": None),
+        # FakeTensor creates one real tensor per device to initialise a context
+        mock.patch("torch._subclasses.fake_tensor.init_gpu_context", lambda device: None),
+        mock.patch("torch.cuda.get_device_properties", get_device_properties),
+        mock.patch("torch.cuda.get_device_capability", get_device_capability),
+        mock.patch("torch.cuda.get_device_name", lambda device=None: profile.name),
+        mock.patch("torch.cuda.is_bf16_supported", lambda including_emulation=True: profile.major >= 8),
+        mock.patch("torch.cuda.amp.common.amp_definitely_not_available", lambda: False),
+        mock.patch.object(cuda_iface, "is_available", staticmethod(lambda: True)),
+        mock.patch.object(cuda_iface, "device_count", staticmethod(lambda: 1)),
+        mock.patch.object(cuda_iface, "current_device", staticmethod(lambda: 0)),
+        mock.patch.object(cuda_iface, "set_device", staticmethod(lambda device: None)),
+        mock.patch.object(cuda_iface, "get_device_properties", staticmethod(get_device_properties)),
+        mock.patch.object(cuda_iface, "get_compute_capability", staticmethod(lambda device=None: profile.cc)),
+        mock.patch.object(cuda_iface, "is_bf16_supported", staticmethod(lambda including_emulation=False: profile.major >= 8)),
+        mock.patch.object(cuda_iface.Worker, "get_device_properties", staticmethod(get_device_properties)),
+        mock.patch.object(cuda_iface.Worker, "current_device", staticmethod(lambda: 0)),
+        mock.patch.object(cuda_iface.Worker, "set_device", staticmethod(lambda device: None)),
+    ]
+    for mod, name in _module_bindings("has_triton", triton_utils.has_triton):
+        patches.append(mock.patch.object(mod, name, lambda: True))
+    for mod, name in _module_bindings("triton_backend", triton_utils.triton_backend):
+        patches.append(mock.patch.object(mod, name, fake_triton_backend))
+    for mod, name in _module_bindings(
+        "triton_hash_with_backend", triton_utils.triton_hash_with_backend
+    ):
+        patches.append(mock.patch.object(mod, name, fake_triton_hash_with_backend))
+    patches.append(
+        mock.patch("torch._inductor.utils.get_gpu_shared_memory",
+                   lambda: profile.shared_memory_per_block_optin)
+    )
+    # Pattern tables trace example tensors on the input device, which needs real CUDA;
+    # traced on CPU they come out the same for sm < 100 (misc_patterns adds sm100-only ones).
+    from torch._inductor.fx_passes import joint_graph
+
+    lazy_init = joint_graph.lazy_init
+    patches.append(
+        mock.patch.object(joint_graph, "lazy_init",
+                          lambda input_device=None: lazy_init(torch.device("cpu")))
+    )
+    with contextlib.ExitStack() as stack:
+        for p in patches:
+            stack.enter_context(p)
+        # Inductor caches device properties and has_triton answers per process.
+        from torch._inductor.runtime.hints import DeviceProperties
+
+        DeviceProperties.create.cache_clear() if hasattr(DeviceProperties.create, "cache_clear") else None
+        yield

@@ -1,0 +1,82 @@
+"""Device properties of the GPUs the GPU-free harness can stand in for.
+
+Values are what ``torch.cuda.get_device_properties`` and Triton's driver report on
+the real parts (the h200 profile is checked against the real device by
+test/test_harness.py when a GPU is present).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class GPUProfile:
+    name: str
+    major: int
+    minor: int
+    multi_processor_count: int
+    total_memory: int
+    L2_cache_size: int
+    shared_memory_per_block_optin: int
+    shared_memory_per_multiprocessor: int
+    regs_per_multiprocessor: int = 65536
+    max_threads_per_multi_processor: int = 2048
+    max_threads_per_block: int = 1024
+    warp_size: int = 32
+    shared_memory_per_block: int = 49152
+    is_integrated: int = 0
+    is_multi_gpu_board: int = 0
+    gcnArchName: str = "NVIDIA CUDA"
+
+    @property
+    def capability(self) -> tuple[int, int]:
+        return (self.major, self.minor)
+
+    @property
+    def cc(self) -> int:
+        return self.major * 10 + self.minor
+
+
+_MiB = 1 << 20
+
+GPU_PROFILES: dict[str, GPUProfile] = {
+    "h200": GPUProfile(
+        name="NVIDIA H200",
+        major=9,
+        minor=0,
+        multi_processor_count=132,
+        total_memory=143771 * _MiB,
+        L2_cache_size=60 * _MiB,
+        shared_memory_per_block_optin=232448,
+        shared_memory_per_multiprocessor=233472,
+    ),
+    "h100": GPUProfile(
+        name="NVIDIA H100 80GB HBM3",
+        major=9,
+        minor=0,
+        multi_processor_count=132,
+        total_memory=81559 * _MiB,
+        L2_cache_size=50 * _MiB,
+        shared_memory_per_block_optin=232448,
+        shared_memory_per_multiprocessor=233472,
+    ),
+    "a100": GPUProfile(
+        name="NVIDIA A100-SXM4-80GB",
+        major=8,
+        minor=0,
+        multi_processor_count=108,
+        total_memory=81153 * _MiB,
+        L2_cache_size=40 * _MiB,
+        shared_memory_per_block_optin=166912,
+        shared_memory_per_multiprocessor=167936,
+    ),
+}
+
+
+def get_profile(gpu: str) -> GPUProfile:
+    try:
+        return GPU_PROFILES[gpu]
+    except KeyError:
+        raise ValueError(
+            f"unknown GPU profile {gpu!r}; known: {', '.join(sorted(GPU_PROFILES))}"
+        ) from None
