@@ -1,0 +1,1 @@
+"""Overlays of torch/_inductor/kernel: lowerings and their Triton templates."""

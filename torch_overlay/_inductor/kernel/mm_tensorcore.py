@@ -1,0 +1,451 @@
+"""Overlay ``tensorcore_mm``: autocast matmuls of fp32 tensors, cast in registers.
+
+Under ``torch.autocast`` stock Inductor lowers ``F.linear`` of fp32 tensors to one
+cast kernel per operand and a cuBLAS 16-bit GEMM; its prologue fusion refuses
+fp32 -> 16-bit downcasts by design. For an aten mm/addmm/bmm/baddbmm whose
+``MatmulMeta`` (overlay ``matmul_meta``) says autocast fp16/bf16, this overlay's
+lowering may instead hand the fp32 tensors in front of the casts to the
+``tensorcore_mm`` TritonTemplate, which loads them, rounds them to the autocast
+dtype in registers (what the skipped cast kernels would have done), runs ``tl.dot``
+with fp32 accumulation and rounds the result (after the bias, as cuBLAS does) to
+the autocast dtype before any epilogue reads it: the numerics of eager autocast.
+Epilogues (bias, activation, residual, output cast) fuse into it in default mode.
+
+Whether the template pays is decided per operand by the cost model of
+``template_heuristics/tensorcore_mm.py``; a matmul it does not pay for, and any
+input it does not handle (not autocast, fp64, integers, CPU, a config that does not
+fit shared memory, an internal error) goes to the stock lowering, counted in
+``counters["torch_overlay"]["tensorcore_mm_fallback:<reason>"]`` and logged at
+debug level. fp32 matmuls outside autocast always take the stock path, which uses
+tensor cores (TF32) only as ``torch.backends.cuda.matmul`` allows.
+
+Under max-autotune the template's configs are autotuned against the stock path
+expressed as a subgraph of the same fp32 inputs (cast + aten matmul), so the
+separate casts are timed too.
+
+The lowering hooks wrap whatever ``lowerings[aten.mm]`` etc. held before (upstream's
+``tuned_mm``, or another overlay's wrapper of it) and call it for every matmul they
+do not take.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+import pathlib
+from typing import Any, Callable, Optional
+
+import torch
+from torch._dynamo.utils import counters
+
+try:
+    from torch._inductor import config as inductor_config, ir
+    from torch._inductor.kernel.bmm import bmm_grid
+    from torch._inductor.kernel.mm_common import mm_grid
+    from torch._inductor.kernel_inputs import MMKernelInputs
+    from torch._inductor.lowering import expand, lowerings
+    from torch._inductor.select_algorithm import (
+        autotune_select_algorithm,
+        realize_inputs,
+        TritonTemplate,
+    )
+    from torch._inductor.utils import load_template
+    from torch._inductor.virtualized import V
+except ImportError as e:  # pragma: no cover - a torch without these private APIs
+    raise ImportError(
+        f"torch_overlay tensorcore_mm needs torch._inductor internals of torch 2.11 "
+        f"(select_algorithm.TritonTemplate, kernel_inputs.MMKernelInputs, ...): {e}"
+    ) from e
+
+from ..._registry import REGISTRY, Hook, Overlay
+from ..fx_passes import matmul_meta  # the overlay this one requires: registered first
+
+log = logging.getLogger(__name__)
+aten = torch.ops.aten
+prims = torch.ops.prims
+
+OVERLAY_NAME = "tensorcore_mm"
+COUNTER = "torch_overlay"
+TEMPLATE_NAMES = ("tensorcore_mm", "tensorcore_bmm")
+_TEMPLATE_DIR = pathlib.Path(__file__).parent / "templates"
+
+
+def _template(name: str, grid: Any) -> TritonTemplate:
+    """The module-level TritonTemplate ``name``; a re-import reuses or replaces it.
+
+    TritonTemplate names are process-wide unique (a second one raises), so a
+    reloaded module takes the registered object when the source is unchanged.
+    """
+    source = load_template("tensorcore_mm", _TEMPLATE_DIR)
+    existing = TritonTemplate.all_templates.get(name)
+    if existing is not None:
+        if getattr(existing, "_torch_overlay_source", None) == source:
+            return existing
+        del TritonTemplate.all_templates[name]
+    template = TritonTemplate(name=name, grid=grid, source=source,
+                              cache_codegen_enabled_for_template=True)
+    template._torch_overlay_source = source  # type: ignore[attr-defined]
+    return template
+
+
+# One jinja source (templates/tensorcore_mm.py.jinja) for both; they differ in grid.
+tensorcore_mm_template = _template("tensorcore_mm", mm_grid)
+tensorcore_bmm_template = _template("tensorcore_bmm", bmm_grid)
+
+
+def _round(x: Any, dtype: torch.dtype) -> Any:
+    # to the 16-bit dtype and back: the value eager autocast holds in memory
+    return V.ops.to_dtype(V.ops.to_dtype(x, dtype, use_compute_types=False), torch.float32)
+
+
+def tensorcore_epilogue(out_dtype: torch.dtype, alpha: Any, beta: Any,
+                        has_bias: bool) -> Callable[..., Any]:
+    """acc -> the value eager autocast stores: alpha·acc + beta·bias, rounded once.
+
+    An fp32 bias is first rounded to ``out_dtype``, as autocast casts it.
+    """
+
+    def epilogue(acc: Any, bias: Any = None) -> Any:
+        if alpha != 1:
+            acc = V.ops.mul(acc, V.ops.constant(alpha, torch.float32))
+        if has_bias:
+            bias = _round(bias, out_dtype)
+            if beta != 1:
+                bias = V.ops.mul(bias, V.ops.constant(beta, torch.float32))
+            acc = V.ops.add(acc, bias)
+        return _round(acc, out_dtype)
+
+    return epilogue
+
+
+# --------------------------------------------------------------------------- lowering
+
+# shape ops that commute with a dtype cast: view(cast(x)) == cast(view(x))
+_VIEW_OPS = {
+    aten.permute.default, aten.t.default, aten.transpose.int, aten.view.default,
+    aten._unsafe_view.default, aten.reshape.default, aten.expand.default,
+    aten.unsqueeze.default, aten.squeeze.dim, aten.alias.default,
+}
+# (op, template op name, index of the bias or None, indices of mat1 and mat2)
+_OPS: dict[Any, tuple[str, Optional[int], int, int]] = {
+    aten.mm.default: ("mm", None, 0, 1),
+    aten.addmm.default: ("addmm", 0, 1, 2),
+    aten.bmm.default: ("bmm", None, 0, 1),
+    aten.baddbmm.default: ("baddbmm", 0, 1, 2),
+}
+_HALF = (torch.float16, torch.bfloat16)
+
+
+class _Decline(Exception):
+    """The stock lowering handles this matmul; ``reason`` says why."""
+
+    def __init__(self, reason: str, fallback: bool = True) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.fallback = fallback
+
+
+def _count(key: str) -> None:
+    counters[COUNTER][key] += 1
+
+
+def _val(node: Any) -> Optional[torch.Tensor]:
+    v = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+    return v if isinstance(v, torch.Tensor) else None
+
+
+class _Source:
+    """The fp32 tensor behind a matmul operand: ``views(cast(src))``."""
+
+    def __init__(self, src: torch.fx.Node, cast: torch.fx.Node,
+                 views: list[torch.fx.Node]) -> None:
+        self.src, self.cast, self.views = src, cast, views
+
+    @property
+    def cast_shared(self) -> bool:
+        """The 16-bit cast has users besides this matmul: it runs anyway."""
+        chain = [self.cast, *self.views]
+        return any(len(n.users) > 1 for n in chain)
+
+    def lower(self) -> Any:
+        """The IR of the fp32 source with the same views applied, or None."""
+        x = _lowered(self.src)
+        if x is None:
+            return None
+        for view in reversed(self.views):
+            x = lowerings[view.target](x, *view.args[1:], **view.kwargs)
+        return x
+
+
+def _lowered(node: torch.fx.Node) -> Any:
+    """The IR GraphLowering made of ``node``, if it still holds it.
+
+    The fx Interpreter drops a value after its last use (the cast, here); graph
+    inputs stay reachable by name.
+    """
+    env = V.graph.env
+    if node in env:
+        return env[node]
+    if node.op == "placeholder":
+        return V.graph.graph_inputs.get(node.target)
+    return None
+
+
+def _source(node: torch.fx.Node, i: int, dtype: torch.dtype, meta_mod: Any) -> Optional[_Source]:
+    """The fp32 source of ``node.args[i]`` when that is ``views(cast(fp32 tensor))``.
+
+    matmul_meta's ``cast_source`` finds the cast; the views in between (F.linear's
+    weight arrives as ``permute(cast(w))``) are looked through here and re-applied
+    to the fp32 tensor by ``_Source.lower``.
+    """
+    arg = node.args[i]
+    views: list[torch.fx.Node] = []
+    parent, index = node, i
+    while (isinstance(arg, torch.fx.Node) and arg.op == "call_function"
+           and arg.target in _VIEW_OPS and isinstance(arg.args[0], torch.fx.Node)):
+        views.append(arg)
+        parent, index = arg, 0
+        arg = arg.args[0]
+    src = meta_mod.cast_source(parent, index)
+    cast_val, src_val = _val(arg), _val(src)
+    if src is None or cast_val is None or src_val is None:
+        return None
+    if cast_val.dtype != dtype or src_val.dtype != torch.float32 or src_val.device.type != "cuda":
+        return None
+    return _Source(src, arg, views)
+
+
+def _materialized(x: Any) -> bool:
+    """A buffer (or a view of one): reading it costs no extra kernel."""
+    return ir.is_storage_and_layout(x)
+
+
+def _operand(node: torch.fx.Node, i: int, given: Any, dtype: torch.dtype,
+             meta_mod: Any) -> tuple[Any, Optional[Any], bool]:
+    """(16-bit IR as given, fp32 IR or None, cast shared) of operand ``i``."""
+    src = _source(node, i, dtype, meta_mod)
+    if src is None:
+        return given, None, False
+    try:
+        fp32 = src.lower()
+    except Exception as e:  # a view Inductor cannot re-apply: read the 16-bit cast
+        log.debug("tensorcore_mm: operand %d of %s: cannot re-apply views: %s", i, node, e)
+        return given, None, False
+    if fp32 is None or not _materialized(fp32):
+        # an unrealized fp32 producer: stock fuses the cast into it and writes 16 bits
+        return given, None, False
+    return given, fp32, src.cast_shared
+
+
+def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
+    """Lower with the template, or raise _Decline."""
+    from ..template_heuristics import tensorcore_mm as heuristics
+
+    op, bias_i, a_i, b_i = _OPS[target]
+    node = V.graph.current_node
+    if node is None or node.target is not target:
+        raise _Decline("not_the_graph_node", fallback=False)
+    unknown = set(kwargs) - {"alpha", "beta"}
+    if unknown or len(args) != (3 if bias_i is not None else 2):
+        raise _Decline("arguments")
+    meta_mod = matmul_meta
+    meta = meta_mod.get_matmul_meta(node)
+    if meta is None:
+        raise _Decline("no_meta")
+    odd = [d for d in meta.compute_dtypes if d not in (*_HALF, torch.float32)]
+    if odd:  # fp64, integers: autocast leaves them alone, and so does the template
+        raise _Decline(f"dtype:{str(odd[0]).removeprefix('torch.')}")
+    if meta.source != "autocast" or meta.autocast_dtype not in _HALF:
+        # fp32 outside autocast included: stock uses TF32 only as the user allows
+        raise _Decline("not_autocast")
+    if meta.autocast_device != "cuda":
+        raise _Decline(f"device:{meta.autocast_device}")
+    dtype = meta.autocast_dtype
+    mat1, mat2 = args[a_i], args[b_i]
+    for x in (mat1, mat2):
+        device = x.get_device()
+        if device is None or device.type != "cuda":
+            raise _Decline(f"device:{getattr(device, 'type', None)}")
+    if mat1.get_dtype() != dtype or mat2.get_dtype() != dtype or meta.output_dtype != dtype:
+        raise _Decline("dtype:mixed")
+    if bias_i is not None and args[bias_i].get_dtype() != dtype:
+        raise _Decline("dtype:mixed")
+    if not meta.allow_tensor_core:
+        raise _Decline("tensor_core_disallowed")
+    dev = heuristics.device_model(torch.cuda.get_device_properties(mat1.get_device()))
+    if dev is None:
+        raise _Decline("device")
+
+    a16, a32, a_shared = _operand(node, a_i, mat1, dtype, meta_mod)
+    b16, b32, b_shared = _operand(node, b_i, mat2, dtype, meta_mod)
+    bias16 = bias32 = None
+    bias_shared = False
+    if bias_i is not None:
+        bias16, bias32, bias_shared = _operand(node, bias_i, args[bias_i], dtype, meta_mod)
+    if a32 is None and b32 is None:
+        raise _Decline("no_fp32_operand", fallback=False)
+
+    sizevars = V.graph.sizevars
+    *batch_dims, m, k = mat1.get_size()
+    n = mat2.get_size()[-1]
+    hint = functools.partial(sizevars.optimization_hint)
+    batch = int(hint(batch_dims[0])) if batch_dims else 1
+    mh, nh, kh = int(hint(m)), int(hint(n)), int(hint(k))
+    problem = heuristics.Problem(
+        op, batch, mh, nh, kh,
+        heuristics.Operand(batch * mh * kh, a32 is not None, a_shared),
+        heuristics.Operand(batch * kh * nh, b32 is not None, b_shared),
+        None if bias_i is None else heuristics.Operand(
+            int(hint(ir.sympy_product(args[bias_i].get_size()))), bias32 is not None, bias_shared),
+    )
+    the_plan = heuristics.plan(problem, dev)
+    log.debug("tensorcore_mm: %s %s: %s", node, (batch, mh, nh, kh), the_plan.describe())
+    if the_plan.path != "template":
+        if the_plan.reason.startswith("smem"):
+            raise _Decline("smem")
+        raise _Decline("cost_model", fallback=False)
+
+    a = a32 if the_plan.fused_a else a16
+    b = b32 if the_plan.fused_b else b16
+    a, b = realize_inputs(a, b)
+    size = [*batch_dims, m, n]
+    layout = ir.FixedLayout(a.get_device(), dtype, size)
+    inputs = [a, b]
+    scalars = {}
+    if bias_i is not None:
+        bias = bias32 if (the_plan.fused_bias and bias32 is not None) else bias16
+        inputs.insert(0, realize_inputs(expand(bias, size)))
+        scalars = {"alpha": kwargs.get("alpha", 1), "beta": kwargs.get("beta", 1)}
+    kernel_inputs = MMKernelInputs(inputs, scalars=scalars, out_dtype=dtype)
+    template = tensorcore_bmm_template if batch_dims else tensorcore_mm_template
+    name = f"tensorcore_{op}"
+    choices = V.choices.get_template_configs(kernel_inputs, [template], name)
+    if not choices:
+        raise _Decline("no_config")
+    if inductor_config.max_autotune or inductor_config.max_autotune_gemm:
+        choices.extend(_stock_choices(op, kernel_inputs, layout, dtype))
+    result = autotune_select_algorithm(name, choices, kernel_inputs.nodes(), layout)
+    _count("tensorcore_mm_template")
+    # matmul_meta records the metadata of the IR a matmul lowers to
+    meta_mod.attach_matmul_meta(result, node)
+    return result
+
+
+def _stock_fn(op: str, dtype: torch.dtype, alpha: Any, beta: Any) -> Callable[..., Any]:
+    """The stock path on the template's inputs: autocast's casts, then the aten op."""
+    def mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.mm(a.to(dtype), b.to(dtype))
+
+    def bmm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.bmm(a.to(dtype), b.to(dtype))
+
+    def addmm(c: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.addmm(c.to(dtype), a.to(dtype), b.to(dtype), alpha=alpha, beta=beta)
+
+    def baddbmm(c: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.baddbmm(c.to(dtype), a.to(dtype), b.to(dtype), alpha=alpha, beta=beta)
+
+    return {"mm": mm, "bmm": bmm, "addmm": addmm, "baddbmm": baddbmm}[op]
+
+
+def _stock_choices(op: str, kernel_inputs: MMKernelInputs, layout: Any,
+                   dtype: torch.dtype) -> list[Any]:
+    """The stock path as one more autotuning choice over the same fp32 inputs.
+
+    A subgraph (Inductor's own mechanism for decompose_k) of cast + aten matmul, so
+    the separate casts are timed with it; chosen, it lowers like stock Inductor.
+    """
+    from torch._dispatch.python import enable_python_dispatcher
+    from torch._inductor.codegen.subgraph import SubgraphTemplate
+    from torch._inductor.decomposition import select_decomp_table
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    fn = _stock_fn(op, dtype, kernel_inputs._scalars.get("alpha", 1),
+                   kernel_inputs._scalars.get("beta", 1))
+    with enable_python_dispatcher():
+        make_graph = make_fx(fn, select_decomp_table())
+        choice = SubgraphTemplate(name=f"tensorcore_{op}_stock").generate(
+            name=f"tensorcore_{op}_stock", input_nodes=kernel_inputs.nodes(), layout=layout,
+            make_fx_graph=make_graph, description="separate casts + aten matmul")
+    return [choice]
+
+
+def make_lowering(target: Any, original: Callable[..., Any]) -> Callable[..., Any]:
+    """``lowerings[target]`` with the template in front of ``original``."""
+
+    @functools.wraps(original)
+    def tensorcore_lowering(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return _decide(target, args, kwargs)
+        except _Decline as d:
+            if d.fallback:
+                _count(f"tensorcore_mm_fallback:{d.reason}")
+            else:
+                _count(f"tensorcore_mm_stock:{d.reason}")
+            log.debug("tensorcore_mm: %s: stock lowering (%s)", target, d.reason)
+        except Exception as e:  # never a crash deep inside Inductor: stock handles it
+            _count("tensorcore_mm_fallback:internal_error")
+            log.debug("tensorcore_mm: %s: internal error, stock lowering", target, exc_info=True)
+            if _strict():
+                raise
+            del e
+        return original(*args, **kwargs)
+
+    tensorcore_lowering._torch_overlay = OVERLAY_NAME  # type: ignore[attr-defined]
+    return tensorcore_lowering
+
+
+def _strict() -> bool:
+    """Tests set this to see internal errors instead of a silent fallback."""
+    import os
+
+    return os.environ.get("TORCH_OVERLAY_STRICT", "") == "1"
+
+
+def _hook(target: Any, key_repr: str, upstream: str) -> Hook:
+    return Hook(
+        owner="torch._inductor.lowering.lowerings",
+        key=lambda: target,
+        key_repr=key_repr,
+        build=lambda original: make_lowering(target, original),
+        fingerprint=upstream,
+    )
+
+
+def _depends_on(owner: str, attr: str) -> Hook:
+    """No patch: fingerprints an upstream function this overlay relies on, so that
+    drift in it refuses the overlay like drift in a patched one."""
+    return Hook(owner=owner, attr=attr, build=lambda original: original)
+
+
+HOOKS = (
+    _hook(aten.mm.default, "aten.mm.default", "torch._inductor.kernel.mm.tuned_mm"),
+    _hook(aten.addmm.default, "aten.addmm.default", "torch._inductor.kernel.mm.tuned_addmm"),
+    _hook(aten.bmm.default, "aten.bmm.default", "torch._inductor.kernel.bmm.tuned_bmm"),
+    _hook(aten.baddbmm.default, "aten.baddbmm.default", "torch._inductor.kernel.bmm.tuned_baddbmm"),
+    # the epilogue's rounding reaches fused epilogues through store_output's store cache
+    _depends_on("torch._inductor.select_algorithm.TritonTemplateKernel", "store_output"),
+    _depends_on("torch._inductor.select_algorithm.TritonTemplateKernel", "load_input"),
+    # op names other than mm/addmm get a fixed output layout outside max-autotune
+    _depends_on("torch._inductor.choices.InductorChoices", "_need_to_fix_layout"),
+)
+
+OVERLAY = REGISTRY.get(OVERLAY_NAME) if OVERLAY_NAME in REGISTRY.names else REGISTRY.register(Overlay(
+    name=OVERLAY_NAME,
+    purpose="autocast matmuls of fp32 tensors: a Triton template that casts in registers, "
+            "chosen per shape by a cost model",
+    hooks=HOOKS,
+    validated={"2.11.0": {
+        "torch._inductor.lowering.lowerings[aten.mm.default]": "9b8eb3631ff43dc4",
+        "torch._inductor.lowering.lowerings[aten.addmm.default]": "bcb3bab91f40eb6d",
+        "torch._inductor.lowering.lowerings[aten.bmm.default]": "d84b2953f782dcf5",
+        "torch._inductor.lowering.lowerings[aten.baddbmm.default]": "ec80ba197969e964",
+        "torch._inductor.select_algorithm.TritonTemplateKernel.store_output": "a078c08a0fd8f932",
+        "torch._inductor.select_algorithm.TritonTemplateKernel.load_input": "e882bd03934e5fb6",
+        "torch._inductor.choices.InductorChoices._need_to_fix_layout": "f7219a1d6197d17a",
+    }},
+    requires=("matmul_meta",),
+    modules=(__name__, "torch_overlay._inductor.template_heuristics.tensorcore_mm"),
+))
+
+# registers the config heuristic of the templates (it imports the templates above)
+from ..template_heuristics import tensorcore_mm as _heuristics  # noqa: E402,F401

@@ -1,0 +1,1 @@
+"""Config heuristics of the overlays' templates, registered as Inductor registers its own."""

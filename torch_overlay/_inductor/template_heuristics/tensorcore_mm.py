@@ -1,0 +1,478 @@
+"""Tile configs and the per-operand cost model of the ``tensorcore_mm`` template.
+
+Under autocast a matmul of fp32 tensors runs as ``cast(x) -> bf16``, ``cast(w) ->
+bf16`` and a 16-bit GEMM. The template can instead load an fp32 operand and cast it
+in registers. Whether that pays is decided per operand, per shape and per device,
+with no benchmarking (``plan``); the tile configs come from ``select_configs``.
+
+Cost model. Times in seconds. BW is the device's measured copy bandwidth (bytes
+read + written per second), BW_L2 the rate at which SMs read from L2, P the
+measured cuBLAS 16-bit dense rate, L the fixed cost of one kernel in a compiled
+graph (launch gap, ramp-up, tail). For B batches of (M, K) @ (K, N) -> (M, N) with
+F = 2·B·M·N·K FLOPs, S the set of operands cast in the kernel (read as 4 bytes, the
+others as 2), and the tile config's grid_m = ceil(M/BLOCK_M), grid_n = ceil(N/BLOCK_N):
+
+    cast(op)     = numel(op)·(4 + 2)/BW + L          a separate fp32 -> 16-bit kernel
+    stock        = Σ_{fp32 op} cast(op) + max(F/P, bytes16/BW) + L
+    template(S)  = Σ_{fp32 op ∉ S} cast(op) + max(F/(P·eff(S)), dram/(BW·stream·util),
+                                                   l2/BW_L2) + L
+    dram         = Σ_op numel(op)·size(op) + out + bias bytes      (each operand once)
+    l2           = numel(A)·size(A)·grid_n + numel(B)·size(B)·grid_m + out bytes
+    util         = min(1, B·grid_m·grid_n / (0.75·SMs))            (idle SMs stream less)
+
+("fp32 op": an operand with an fp32 tensor behind its cast, where that cast has no
+other user; a shared cast runs whatever we do, and the template reads its output.)
+
+Fusing an operand's cast saves its cast kernel (a 4-byte read, a 2-byte write and
+a launch) and costs 2 extra bytes each of the ``grid_n`` (A) or ``grid_m`` (B) times
+the tiles re-read it from L2: it pays for an operand re-read few times, such as the
+weight when M fits in one or two row tiles. When the shape is compute-bound the
+in-kernel cast slows the main loop instead (``eff``: a cast operand passes through
+registers, and a 16-bit copy of it back through shared memory unless it is wgmma's
+register operand, A, or B when SWAP_AB), and the separate casts plus cuBLAS win.
+``plan`` takes the fastest prediction and keeps the stock path unless the template
+is predicted at least ``margin`` faster.
+
+The ceilings are the project's H200 measurements (../shared/reference/README.md);
+the efficiencies are conservative leads (../shared/reference/fused-cast-probe-h200.txt:
+a naive fused kernel was 1.7-2.6x faster than stock at M <= 128 and 1.6-2.2x slower
+at M >= 1024). tools/check_tensorcore_mm.py measures them and says which to change.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+from typing import Any, Iterator, Optional
+
+import torch
+
+from torch._inductor.kernel_inputs import KernelInputs, MMKernelInputs
+from torch._inductor.template_heuristics.base import TemplateConfigHeuristics
+from torch._inductor.template_heuristics.registry import register_template_heuristic
+from torch._inductor.virtualized import V
+
+from ..kernel.mm_tensorcore import (
+    TEMPLATE_NAMES,
+    tensorcore_bmm_template,
+    tensorcore_epilogue,
+    tensorcore_mm_template,
+)
+
+__all__ = [
+    "DeviceModel", "Operand", "Problem", "TileConfig", "Plan",
+    "device_model", "select_configs", "predict", "plan", "forced", "DEVICE_MODELS",
+]
+
+FP32, HALF = 4, 2
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceModel:
+    """What the cost model and the configs need to know of a GPU."""
+
+    name: str
+    cc: int  # compute capability, e.g. 90
+    sm_count: int
+    smem_per_block: int  # bytes a block may opt into
+    copy_bw: float  # bytes/s, read + written, measured device copy
+    mm_flops: float  # FLOP/s, cuBLAS 16-bit dense, measured on a large GEMM
+    l2_bw: float = 0.0  # bytes/s SMs read from L2; 0: 2.5·copy_bw
+    kernel_overhead: float = 3.5e-6  # s per kernel in a compiled graph
+    stream: float = 0.75  # fraction of copy_bw the template streams fp32 tiles at
+    eff_16bit: float = 0.70  # template compute rate / cuBLAS, both operands 16-bit
+    eff_cast_reg: float = 0.55  # one operand cast in registers (wgmma's register operand)
+    eff_cast_smem: float = 0.40  # a cast operand that must go back through shared memory
+    margin: float = 0.10  # the template must be predicted this much faster than stock
+    margin_compute: float = 0.25  # ... where it is compute-bound (eff is least certain)
+
+    @property
+    def l2_rate(self) -> float:
+        return self.l2_bw or 2.5 * self.copy_bw
+
+
+# Measured ceilings per device name; the efficiencies are leads (see the docstring).
+# H200: copy 4.22 TB/s and bf16 cuBLAS 679-686 TFLOP/s measured on the project's
+# H200 (../shared/reference/README.md). H100/A100: datasheet-scaled leads.
+DEVICE_MODELS: dict[str, dict[str, float]] = {
+    "NVIDIA H200": dict(copy_bw=4.22e12, mm_flops=680e12),
+    "NVIDIA H100 80GB HBM3": dict(copy_bw=3.0e12, mm_flops=650e12),
+    "NVIDIA A100-SXM4-80GB": dict(copy_bw=1.7e12, mm_flops=270e12),
+}
+_BY_CC: dict[int, dict[str, float]] = {
+    90: dict(copy_bw=3.0e12, mm_flops=600e12),
+    80: dict(copy_bw=1.5e12, mm_flops=250e12),
+}
+MIN_CC = 80  # bf16 tensor cores; older parts keep the stock path
+
+
+def device_model(props: Any) -> Optional[DeviceModel]:
+    """The model of a device from ``torch.cuda.get_device_properties``, or None."""
+    cc = props.major * 10 + props.minor
+    if cc < MIN_CC:
+        return None
+    known = DEVICE_MODELS.get(props.name) or _BY_CC.get(cc) or _BY_CC[80]
+    smem = getattr(props, "shared_memory_per_block_optin", 0) or 48 * 1024
+    return DeviceModel(name=props.name, cc=cc, sm_count=props.multi_processor_count,
+                       smem_per_block=smem, **known)
+
+
+@dataclasses.dataclass(frozen=True)
+class Operand:
+    """One matmul input as the cost model sees it."""
+
+    numel: int
+    fp32_source: bool  # an fp32 tensor is cast to the compute dtype in front of the matmul
+    cast_shared: bool = False  # that cast has other users: it runs whatever we do
+
+    @property
+    def castable(self) -> bool:
+        """The template may read the fp32 source and drop the cast kernel."""
+        return self.fp32_source and not self.cast_shared
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    op: str  # mm | addmm | bmm | baddbmm
+    batch: int
+    m: int
+    n: int
+    k: int
+    a: Operand
+    b: Operand
+    bias: Optional[Operand] = None
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.batch * self.m * self.n * self.k
+
+
+@dataclasses.dataclass(frozen=True)
+class TileConfig:
+    BLOCK_M: int
+    BLOCK_N: int
+    BLOCK_K: int
+    GROUP_M: int
+    num_warps: int
+    num_stages: int
+    SWAP_AB: bool = False
+
+    def smem_bytes(self, a_size: int, b_size: int) -> int:
+        """Shared memory Triton 3.6 allocates for this config, rounded up.
+
+        num_stages - 1 tiles of each operand in flight, plus 16-bit copies of cast
+        operands that wgmma reads from shared memory, plus 16 KB of headroom; the
+        epilogue's layout change reuses the same memory. Checked against Triton's
+        sm_90 compiles in test/test_tensorcore_mm.py.
+        """
+        stage = self.BLOCK_M * self.BLOCK_K * a_size + self.BLOCK_K * self.BLOCK_N * b_size
+        recast = 2 * self.BLOCK_K * max(self.BLOCK_M, self.BLOCK_N) * HALF
+        return max((self.num_stages - 1) * stage + recast + 16 * 1024,
+                   self.BLOCK_M * self.BLOCK_N * FP32)
+
+    def kwargs(self) -> dict[str, Any]:
+        return dict(BLOCK_M=self.BLOCK_M, BLOCK_N=self.BLOCK_N, BLOCK_K=self.BLOCK_K,
+                    GROUP_M=self.GROUP_M, SWAP_AB=self.SWAP_AB,
+                    num_warps=self.num_warps, num_stages=self.num_stages)
+
+    def __str__(self) -> str:
+        swap = " swap" if self.SWAP_AB else ""
+        return (f"{self.BLOCK_M}x{self.BLOCK_N}x{self.BLOCK_K} g{self.GROUP_M} "
+                f"w{self.num_warps} s{self.num_stages}{swap}")
+
+
+def _pow2_at_least(x: int, lo: int, hi: int) -> int:
+    return max(lo, min(hi, 1 << max(0, math.ceil(math.log2(max(1, x))))))
+
+
+def _tiles(p: Problem, c: TileConfig) -> int:
+    return p.batch * math.ceil(p.m / c.BLOCK_M) * math.ceil(p.n / c.BLOCK_N)
+
+
+def _fits(c: TileConfig, a_size: int, b_size: int, dev: DeviceModel) -> bool:
+    return c.smem_bytes(a_size, b_size) <= dev.smem_per_block
+
+
+def _with_stages(c: TileConfig, a_size: int, b_size: int, dev: DeviceModel,
+                 most: int, least: int = 2) -> Optional[TileConfig]:
+    """``c`` with the deepest pipeline in [least, most] that fits shared memory."""
+    for stages in range(most, least - 1, -1):
+        cand = dataclasses.replace(c, num_stages=stages)
+        if _fits(cand, a_size, b_size, dev):
+            return cand
+    return None
+
+
+def select_configs(p: Problem, dev: DeviceModel, fused_a: bool, fused_b: bool,
+                   exhaustive: bool = False) -> list[TileConfig]:
+    """Tile configs for ``p``, best first; empty when none fits shared memory.
+
+    Up to 256 rows the problem streams the weight (bandwidth-bound): one or two row
+    tiles, and BLOCK_N as wide as possible while every SM still gets a tile, with
+    deep pipelines. Beyond, it is compute-bound: 128-wide tiles and 8 warps, and
+    when only B is cast in the kernel SWAP_AB makes B wgmma's register operand.
+    ``exhaustive`` (max-autotune) adds neighbouring configs.
+    """
+    forced = _FORCED.get("config")
+    a_size = FP32 if fused_a else HALF
+    b_size = FP32 if fused_b else HALF
+    if forced is not None:
+        return [forced] if _fits(forced, a_size, b_size, dev) else []
+    m = max(1, p.m)
+    if m <= 256:
+        block_m = _pow2_at_least(m, 16, 64) if m <= 128 else 128
+        # 512-byte fp32 rows per load while tiles are thin; deeper pipelines after
+        block_k = 128 if max(a_size, b_size) == FP32 and block_m <= 32 else 64
+        block_k = min(block_k, _pow2_at_least(p.k, 16, 128))
+        grid_m = math.ceil(m / block_m)
+        widths = [w for w in (128, 64, 32, 16) if w <= max(16, _pow2_at_least(p.n, 16, 128))]
+        block_n = widths[-1]
+        for w in widths:  # the widest tile that still gives every SM one
+            if p.batch * grid_m * math.ceil(p.n / w) >= 0.9 * dev.sm_count:
+                block_n = w
+                break
+        warps = 8 if block_m * block_n >= 128 * 64 else 4
+        base = TileConfig(block_m, block_n, block_k, GROUP_M=8, num_warps=warps, num_stages=6)
+        variants = [base]
+        if exhaustive:
+            variants += [
+                dataclasses.replace(base, BLOCK_N=max(16, block_n // 2)),
+                dataclasses.replace(base, BLOCK_N=min(128, block_n * 2)),
+                dataclasses.replace(base, BLOCK_K=max(32, block_k // 2)),
+                dataclasses.replace(base, SWAP_AB=True, BLOCK_N=max(64, block_n)),
+                dataclasses.replace(base, num_warps=12 - warps),
+            ]
+        most = 6
+    else:
+        swap = fused_b and not fused_a
+        wide = p.n >= 4096 and m >= 1024 and not (fused_a or fused_b)
+        base = TileConfig(128, 256 if wide else 128, 64, GROUP_M=8, num_warps=8,
+                          num_stages=4, SWAP_AB=swap)
+        variants = [base]
+        if exhaustive:
+            variants += [
+                dataclasses.replace(base, BLOCK_N=64, num_warps=4),
+                dataclasses.replace(base, BLOCK_K=32),
+                dataclasses.replace(base, SWAP_AB=not swap),
+                dataclasses.replace(base, BLOCK_M=64, num_warps=4),
+            ]
+        most = 4
+    out: list[TileConfig] = []
+    for v in variants:
+        fitted = _with_stages(v, a_size, b_size, dev, most=most)
+        if fitted is not None and fitted not in out:
+            out.append(fitted)
+    return out
+
+
+# What tools/check_tensorcore_mm.py forces to measure alternatives: see ``forced``.
+_FORCED: dict[str, Any] = {}
+
+
+@contextlib.contextmanager
+def forced(path: Optional[str] = None, fused: Optional[tuple[bool, bool]] = None,
+           config: Optional[TileConfig] = None) -> Iterator[None]:
+    """Force the plan (``path`` "stock" or "template", which operands are cast in
+    the kernel, the tile config) for measurements. Compile with caches off inside:
+    cache keys do not cover this."""
+    saved = dict(_FORCED)
+    _FORCED.update(path=path, fused=fused, config=config)
+    try:
+        yield
+    finally:
+        _FORCED.clear()
+        _FORCED.update(saved)
+
+
+@dataclasses.dataclass(frozen=True)
+class Prediction:
+    label: str  # "stock" or "template[a,b]" (the operands cast in the kernel)
+    seconds: float
+    fused_a: bool = False
+    fused_b: bool = False
+    config: Optional[TileConfig] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    path: str  # "stock" | "template"
+    reason: str
+    fused_a: bool = False
+    fused_b: bool = False
+    fused_bias: bool = False
+    config: Optional[TileConfig] = None
+    predictions: tuple[Prediction, ...] = ()
+
+    def describe(self) -> str:
+        rows = ", ".join(f"{q.label}={q.seconds * 1e6:.1f}us" for q in self.predictions)
+        cfg = f" config {self.config}" if self.config else ""
+        return f"{self.path} ({self.reason}){cfg}; predicted {rows}"
+
+
+def _cast_time(op: Operand, dev: DeviceModel) -> float:
+    return op.numel * (FP32 + HALF) / dev.copy_bw + dev.kernel_overhead
+
+
+def _template_terms(p: Problem, dev: DeviceModel, fused_a: bool, fused_b: bool,
+                    config: TileConfig) -> dict[str, float]:
+    """The terms of ``template(S)`` in the module docstring, in seconds."""
+    casts = sum(_cast_time(op, dev) for op, fused in ((p.a, fused_a), (p.b, fused_b))
+                if op.castable and not fused)
+    grid_m = math.ceil(p.m / config.BLOCK_M)
+    grid_n = math.ceil(p.n / config.BLOCK_N)
+    out_bytes = p.batch * p.m * p.n * HALF
+    dram = l2 = out_bytes
+    for op, fused, reads in ((p.a, fused_a, grid_n), (p.b, fused_b, grid_m)):
+        size = FP32 if fused else HALF
+        dram += op.numel * size
+        l2 += op.numel * size * reads
+    if p.bias is not None:
+        dram += p.bias.numel * (FP32 if p.bias.castable else HALF)
+    util = min(1.0, _tiles(p, config) / (0.75 * dev.sm_count))
+    if fused_a and fused_b:
+        eff = dev.eff_cast_smem
+    elif fused_a or fused_b:
+        # the register operand is A, or B when swapped
+        in_regs = (fused_a and not config.SWAP_AB) or (fused_b and config.SWAP_AB)
+        eff = dev.eff_cast_reg if in_regs else dev.eff_cast_smem
+    else:
+        eff = dev.eff_16bit
+    return dict(casts=casts, compute=p.flops / (dev.mm_flops * eff),
+                dram=dram / (dev.copy_bw * dev.stream * util), l2=l2 / dev.l2_rate,
+                overhead=dev.kernel_overhead)
+
+
+def predict(p: Problem, dev: DeviceModel, fused_a: Optional[bool] = None,
+            fused_b: Optional[bool] = None, config: Optional[TileConfig] = None) -> float:
+    """Predicted seconds: the stock path when ``fused_a`` is None, else the template."""
+    if fused_a is None:
+        ops = [p.a, p.b] + ([p.bias] if p.bias is not None else [])
+        casts = sum(_cast_time(op, dev) for op in ops if op.castable)
+        bytes16 = sum(op.numel for op in ops) * HALF + p.batch * p.m * p.n * HALF
+        return casts + max(p.flops / dev.mm_flops, bytes16 / dev.copy_bw) + dev.kernel_overhead
+    assert config is not None and fused_b is not None
+    t = _template_terms(p, dev, fused_a, fused_b, config)
+    return t["casts"] + max(t["compute"], t["dram"], t["l2"]) + t["overhead"]
+
+
+def compute_bound(p: Problem, dev: DeviceModel, fused_a: bool, fused_b: bool,
+                  config: TileConfig) -> bool:
+    t = _template_terms(p, dev, fused_a, fused_b, config)
+    return t["compute"] >= max(t["dram"], t["l2"])
+
+
+def plan(p: Problem, dev: DeviceModel) -> Plan:
+    """The fastest predicted way to run ``p``: the stock path or the template."""
+    stock = Prediction("stock", predict(p, dev))
+    preds = [stock]
+    options = []
+    for fused_a in (True, False) if p.a.castable else (False,):
+        for fused_b in (True, False) if p.b.castable else (False,):
+            if fused_a or fused_b:
+                options.append((fused_a, fused_b))
+    if _FORCED.get("path") == "stock":
+        return Plan("stock", "forced", predictions=(stock,))
+    if _FORCED.get("fused") is not None:
+        options = [f for f in options if f == tuple(_FORCED["fused"])]
+    if not options:
+        return Plan("stock", "no operand to cast in the kernel", predictions=(stock,))
+    any_fit = False
+    for fused_a, fused_b in options:
+        configs = select_configs(p, dev, fused_a, fused_b)
+        if not configs:
+            continue
+        any_fit = True
+        cfg = configs[0]
+        label = "template[" + ",".join(n for n, f in (("a", fused_a), ("b", fused_b)) if f) + "]"
+        preds.append(Prediction(label, predict(p, dev, fused_a, fused_b, cfg),
+                                fused_a, fused_b, cfg))
+    if not any_fit:
+        return Plan("stock", "smem: no tile config fits shared memory", predictions=tuple(preds))
+    best = min(preds[1:], key=lambda q: q.seconds)
+    fused_bias = p.bias is not None and p.bias.castable
+    if _FORCED.get("path") == "template":
+        return Plan("template", "forced", best.fused_a, best.fused_b, fused_bias,
+                    best.config, tuple(preds))
+    assert best.config is not None
+    margin = (dev.margin_compute if compute_bound(p, dev, best.fused_a, best.fused_b, best.config)
+              else dev.margin)
+    if best.seconds <= stock.seconds * (1.0 - margin):
+        return Plan("template", "predicted faster", best.fused_a, best.fused_b, fused_bias,
+                    best.config, tuple(preds))
+    return Plan("stock", "cost model: no clear win", predictions=tuple(preds))
+
+
+def _hint(x: Any) -> int:
+    return int(V.graph.sizevars.optimization_hint(x))
+
+
+def problem_of(kernel_inputs: MMKernelInputs, op: str) -> Problem:
+    """The Problem of the template's inputs (fp32 inputs are the operands cast in it)."""
+    mat1, mat2 = kernel_inputs.mat1mat2()
+    m, n, k = (_hint(s) for s in kernel_inputs.mnk_symbolic())
+    batch = _hint(mat1.get_size()[0]) if len(mat1.get_size()) == 3 else 1
+    return Problem(op, batch, m, n, k,
+                   Operand(batch * m * k, mat1.get_dtype() == torch.float32),
+                   Operand(batch * k * n, mat2.get_dtype() == torch.float32))
+
+
+def current_device_model(kernel_inputs: KernelInputs) -> Optional[DeviceModel]:
+    device = kernel_inputs.device()
+    if device.type != "cuda":
+        return None
+    return device_model(torch.cuda.get_device_properties(device))
+
+
+@register_template_heuristic(tensorcore_mm_template.uid, "cuda", register=torch.version.hip is None)
+@register_template_heuristic(tensorcore_bmm_template.uid, "cuda", register=torch.version.hip is None)
+class TensorCoreMMTemplateConfigHeuristic(TemplateConfigHeuristics):
+    """Configs of the tensorcore_mm template, in default mode as under max-autotune.
+
+    Default mode yields the single best config (nothing is benchmarked); max-autotune
+    yields its neighbours too, so Inductor's autotuning picks among them.
+    """
+
+    def _get_template_configs_impl(
+        self, kernel_inputs: KernelInputs, op_name: str
+    ) -> Iterator[dict[str, Any]]:
+        import torch._inductor.config as inductor_config
+
+        assert isinstance(kernel_inputs, MMKernelInputs)
+        dev = current_device_model(kernel_inputs)
+        if dev is None:
+            return
+        mat1, mat2 = kernel_inputs.mat1mat2()
+        problem = problem_of(kernel_inputs, op_name)
+        exhaustive = bool(inductor_config.max_autotune or inductor_config.max_autotune_gemm)
+        k = kernel_inputs.mnk_symbolic()[2]
+        for cfg in select_configs(problem, dev, problem.a.fp32_source, problem.b.fp32_source,
+                                  exhaustive=exhaustive):
+            yield dict(
+                cfg.kwargs(),
+                EVEN_K=V.graph.sizevars.statically_known_true(sympy_mod(k, cfg.BLOCK_K) == 0),
+                ACC_TYPE="tl.float32",
+            )
+
+    def get_extra_kwargs(self, kernel_inputs: KernelInputs, op_name: str) -> dict[str, Any]:
+        assert isinstance(kernel_inputs, MMKernelInputs)
+        out_dtype = kernel_inputs.out_dtype()
+        has_bias = kernel_inputs.count == 3
+        alpha = kernel_inputs._scalars.get("alpha", 1)
+        beta = kernel_inputs._scalars.get("beta", 1)
+        dot_dtype = {torch.bfloat16: "tl.bfloat16", torch.float16: "tl.float16"}[out_dtype]
+        return {
+            "BATCHED": len(kernel_inputs.mat1mat2()[0].get_size()) == 3,
+            "DOT_DTYPE": dot_dtype,
+            "epilogue_fn": tensorcore_epilogue(out_dtype, alpha, beta, has_bias),
+            "epilogue_fn_hash": str(["tensorcore_epilogue", out_dtype, alpha, beta, has_bias]),
+            "prefix_args": 1 if has_bias else 0,
+        }
+
+
+def sympy_mod(x: Any, m: int) -> Any:
+    import sympy
+
+    return sympy.Mod(x, m)
+
+
+assert set(TEMPLATE_NAMES) == {tensorcore_mm_template.name, tensorcore_bmm_template.name}
