@@ -1,0 +1,373 @@
+"""tools/bench.py's own logic, without a GPU: accounting, ratios, ceilings, flagging, output.
+
+    pytest test/test_bench.py        or        python test/test_bench.py
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import json
+import math
+import pathlib
+import sys
+import tempfile
+import unittest
+import warnings
+from unittest import mock
+
+import torch
+from torch._inductor.test_case import TestCase, run_tests
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tools"))
+
+import bench  # noqa: E402
+import bench_report as report  # noqa: E402
+from bench_workloads import all_cases, io_bytes  # noqa: E402
+
+HAS_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
+CEILINGS = {"copy_GBps": 4000.0, "bf16_mm_TFLOPs": 500.0, "mm_shape": "8192x8192x8192"}
+
+
+def case_by_id(case_id):
+    return next(c for c in all_cases() if c.id == case_id)
+
+
+def mode(status="ok", ms=None, **extra):
+    return {"status": status, "ms": ms, **extra}
+
+
+def linear_record(M, modes, N=4096, K=4096):
+    record = {"id": f"linear/{M}x{N}x{K}", "workload": "linear", "label": f"{M}x{N}x{K}",
+              "params": {"M": M, "N": N, "K": K}, "dtype": "torch.bfloat16",
+              "flops": 2 * M * N * K, "bytes": 4 * M * K + 4 * N * K + 2 * M * N,
+              "eager_error": 2.9e-3, "tolerance": 1.2e-2, "modes": modes}
+    return report.derive(record, CEILINGS)
+
+
+def sample_document():
+    doc = report.new_document({"gpu": "NVIDIA H200", "date": "2026-11-21T00:00:00+00:00",
+                               "torch": "2.11.0+cu130", "triton": "3.6.0", "overlays": ["x"],
+                               "command": "python tools/bench.py --out bench_out"},
+                              CEILINGS, {})
+    report.upsert(doc, linear_record(16, {
+        "eager": mode(ms=0.05, error=3e-3),
+        "stock": mode(ms=0.04, compile_s=0.3, error=3e-3),
+        "overlay": mode("WRONG", compile_s=0.4, error=0.5),
+    }))
+    report.upsert(doc, linear_record(1024, {
+        "stock": mode(ms=0.10, compile_s=0.3, error=3e-3),
+        "overlay": mode(ms=0.05, compile_s=0.4, error=2e-3),
+    }))
+    return doc
+
+
+class TestAccounting(TestCase):
+    def test_linear_counts(self):
+        c = case_by_id("linear/16x4096x4096")
+        self.assertEqual(c.flops, 2 * 16 * 4096 * 4096)
+        # fp32 x and w read once, bf16 output written once
+        self.assertEqual(c.bytes, 4 * 16 * 4096 + 4 * 4096 * 4096 + 2 * 16 * 4096)
+
+    def test_gelu_linear_counts(self):
+        bf16 = case_by_id("gelu_linear/bf16 tanh 8192x4096x1024")
+        M, N, K = 8192, 4096, 1024
+        self.assertEqual(bf16.flops, 2 * M * N * K)
+        self.assertEqual(bf16.bytes, 2 * (M * K + N * K + N + M * N + M * N))
+        autocast = case_by_id("gelu_linear/autocast none 8192x4096x1024")
+        self.assertEqual(autocast.bytes, 2 * bf16.bytes)  # fp32 in, fp32 out
+        self.assertIsNotNone(bf16.addmm_activation)
+        self.assertIsNone(autocast.addmm_activation)  # cuBLASLt's GELU is the tanh one
+
+    def test_pointwise_and_mlp_counts(self):
+        pw = case_by_id("pointwise/bfloat16 tanh 64M")
+        self.assertEqual((pw.flops, pw.bytes), (0, 3 * 2 * (1 << 26)))
+        T, H, F = 8192, 1024, 4096
+        fwd, train = case_by_id(f"mlp/fwd {T}x{H}x{F}"), case_by_id(f"mlp/fwd+bwd {T}x{H}x{F}")
+        self.assertEqual(fwd.flops, 4 * T * H * F)
+        self.assertEqual(train.flops, 12 * T * H * F)
+        params = 4 * (2 * H * F + F + H)
+        self.assertEqual(fwd.bytes, 4 * T * H * 2 + params)
+        # x, params and grad_out read; out and a gradient per input written
+        self.assertEqual(train.bytes, 4 * T * H * 4 + 2 * params)
+
+    def test_declared_bytes_match_inputs_and_outputs(self):
+        """Run every case's eager step on shape-only tensors and count what moves."""
+        from torch_overlay.testing import cuda_mode
+
+        with cuda_mode("h200", force_fake=True) as to_cuda:
+            for case in all_cases():
+                if case.train:
+                    continue  # the faked GPU refuses autograd; checked below on meta
+                with self.subTest(case=case.id):
+                    inputs = tuple(to_cuda(t) for t in case.make_inputs(bench.meta_rand))
+                    outputs = case.step(case.fn)(*inputs)
+                    self.assertEqual(io_bytes(inputs, outputs), case.bytes)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # autocast on meta: off, dtypes are fp32 anyway
+            for case in (c for c in all_cases(["mlp"]) if c.train):
+                inputs = case.make_inputs(bench.meta_rand)
+                self.assertEqual(io_bytes(inputs, case.step(case.fn)(*inputs)), case.bytes)
+
+    def test_reference_is_fp64_under_autocast(self):
+        from torch_overlay.testing import cuda_mode
+
+        case = case_by_id("linear/16x4096x4096")
+        with cuda_mode("h200", force_fake=True) as to_cuda:
+            inputs = tuple(to_cuda(t) for t in case.make_inputs(bench.meta_rand))
+            self.assertEqual(case.step(case.fn)(*inputs)[0].dtype, torch.bfloat16)
+            self.assertEqual(bench.reference_outputs(case, inputs)[0].dtype, torch.float64)
+
+    def test_check_accounting_refuses_a_wrong_declaration(self):
+        case = case_by_id("pointwise/float32 tanh 1M")
+        inputs = case.make_inputs(bench.meta_rand)
+        bench.check_accounting(case, inputs, case.step(case.fn)(*inputs))
+        with self.assertRaisesRegex(AssertionError, "declares"):
+            bench.check_accounting(case, inputs[:1], case.step(case.fn)(*inputs))
+
+    def test_input_rotation(self):
+        l2 = 60 << 20
+        self.assertEqual(bench.n_input_sets(8 << 20, l2), 23)  # 3x L2 over 8 MB sets
+        self.assertEqual(bench.n_input_sets(1 << 10, l2), bench.MAX_INPUT_SETS)
+        self.assertEqual(bench.n_input_sets(3 * l2, l2), 1)
+        seen = []
+        call = bench.rotating(seen.append, [(0,), (1,), (2,)])
+        for _ in range(6):
+            call()
+        self.assertEqual(sorted(seen), [0, 0, 1, 1, 2, 2])
+
+
+class TestDerived(TestCase):
+    def test_speedup(self):
+        self.assertEqual(report.speedup(mode(ms=2.0), mode(ms=0.5)), 4.0)
+        self.assertIsNone(report.speedup(mode(ms=2.0), mode("WRONG", error=1.0)))
+        self.assertIsNone(report.speedup(mode("failed"), mode(ms=0.5)))
+        self.assertIsNone(report.speedup(None, mode(ms=0.5)))
+
+    def test_ceiling_fractions_and_floor(self):
+        case = {"flops": 2e12, "bytes": 1e9, "modes": {
+            "stock": mode(ms=10.0), "overlay": mode(ms=8.0)}}
+        report.derive(case, CEILINGS)
+        # 2e12 FLOP at 500 TFLOP/s: 4 ms; 1 GB at 4000 GB/s: 0.25 ms
+        self.assertAlmostEqual(case["floor_ms"], 4.0)
+        self.assertEqual(case["bound"], "compute")
+        r = case["modes"]["overlay"]
+        self.assertAlmostEqual(r["TFLOPs"], 250.0)
+        self.assertAlmostEqual(r["peak_fraction"], 0.5)
+        self.assertAlmostEqual(r["GBps"], 125.0)
+        self.assertAlmostEqual(r["copy_fraction"], 125.0 / 4000.0)
+        self.assertAlmostEqual(r["floor_fraction"], 0.5)
+        self.assertAlmostEqual(r["speedup"]["stock"], 1.25)
+        pointwise = report.derive({"flops": 0, "bytes": 4e9, "modes": {"stock": mode(ms=2.0)}},
+                                  CEILINGS)
+        self.assertEqual(pointwise["bound"], "memory")
+        self.assertNotIn("TFLOPs", pointwise["modes"]["stock"])
+        self.assertAlmostEqual(pointwise["modes"]["stock"]["floor_fraction"], 0.5)
+
+    def test_tolerance_and_flagging(self):
+        self.assertAlmostEqual(report.tolerance(2.9e-3, "torch.bfloat16"), 4 * 2.9e-3)
+        self.assertAlmostEqual(report.tolerance(1e-8, "torch.float32"), 4e-5)  # the floor
+        self.assertAlmostEqual(report.tolerance(math.nan, "torch.float32"), 4e-5)
+        self.assertTrue(report.is_wrong(0.02, 0.01))
+        self.assertTrue(report.is_wrong(math.nan, 0.01))
+        self.assertFalse(report.is_wrong(0.005, 0.01))
+
+    def test_relative_error(self):
+        ref = (torch.tensor([3.0, 4.0]), torch.ones(2))
+        self.assertEqual(bench.relative_error(ref, ref), 0.0)
+        off = (torch.tensor([3.0, 4.5]), torch.ones(2))
+        self.assertAlmostEqual(bench.relative_error(off, ref), 0.5 / 5.0)
+        nan = (torch.tensor([3.0, math.nan]), torch.ones(2))
+        self.assertEqual(bench.relative_error(nan, ref), math.inf)
+
+    def test_plan_puts_max_autotune_last_on_required_shapes(self):
+        cases = all_cases(["linear"])
+        modes = ["eager", "stock-max-autotune", "stock"]
+        plan = bench.make_plan(cases, modes, "required")
+        self.assertEqual([m for _, m in plan[:len(cases)]], [["eager", "stock"]] * len(cases))
+        tail = plan[len(cases):]
+        self.assertEqual({m for _, ms in tail for m in ms}, {"stock-max-autotune"})
+        self.assertEqual([c.id for c, _ in tail], [c.id for c in cases if c.required_max_autotune])
+        self.assertLess(len(tail), len(cases))
+        self.assertEqual(len(bench.make_plan(cases, modes, "all")), 2 * len(cases))
+
+
+class TestMeasureCase(TestCase):
+    """The measuring loop on the CPU, with an injected timer and one broken mode."""
+
+    def test_wrong_result_is_flagged_and_never_timed(self):
+        case = case_by_id("pointwise/float32 tanh 1M")
+        timings = [3.0, 2.0]  # eager, stock; the overlay must not take one
+        timed = []
+
+        def timer(call):
+            call()
+            timed.append(call)
+            return timings.pop(0)
+
+        def build(m, c):
+            wrong = lambda x, r: c.fn(x, r) * 1.01  # noqa: E731
+            return c.step(wrong if m.name == "overlay" else c.fn)
+
+        record = bench.measure_case(case, ["eager", "stock", "overlay", "addmm-activation"],
+                                    device="cpu", timer=timer, build=build, overlays=[],
+                                    l2_bytes=1 << 20)
+        self.assertEqual(len(timed), 2)
+        modes = record["modes"]
+        self.assertEqual(modes["overlay"]["status"], "WRONG")
+        self.assertGreater(modes["overlay"]["error"], record["tolerance"])
+        self.assertNotIn("ms", modes["overlay"])
+        self.assertEqual(modes["addmm-activation"]["status"], "n/a")
+        self.assertLess(modes["stock"]["error"], record["tolerance"])
+        self.assertIsNotNone(modes["stock"]["compile_s"])
+        self.assertIsNone(modes["eager"]["compile_s"])
+        report.derive(record, CEILINGS)
+        self.assertAlmostEqual(modes["eager"]["speedup"]["stock"], 2.0 / 3.0)
+        self.assertIsNone(modes["overlay"]["speedup"]["stock"])
+        self.assertNotIn("GBps", modes["overlay"])
+        headers, rows = report.summary_table([record])
+        self.assertEqual(rows[0][headers.index("overlay ms")], "WRONG")
+        self.assertEqual(rows[0][headers.index("overlay / stock")], "-")
+
+    def test_a_failing_mode_does_not_end_the_case(self):
+        case = case_by_id("pointwise/float32 tanh 1M")
+
+        def build(m, c):
+            if m.name == "stock":
+                raise RuntimeError("no compiler\nsecond line")
+            return c.step(c.fn)
+
+        record = bench.measure_case(case, ["stock", "eager"], device="cpu",
+                                    timer=lambda call: 1.0, build=build, overlays=[],
+                                    l2_bytes=1 << 20)
+        self.assertEqual(record["modes"]["stock"],
+                         {"status": "failed", "message": "RuntimeError: no compiler"})
+        self.assertEqual(record["modes"]["eager"]["status"], "ok")
+
+
+class TestOutput(TestCase):
+    def test_json_round_trip_and_upsert(self):
+        doc = sample_document()
+        with tempfile.TemporaryDirectory() as tmp:
+            path = pathlib.Path(tmp) / "bench.json"
+            report.write_json(doc, path)
+            self.assertEqual(report.read_json(path), json.loads(json.dumps(doc)))
+        # a later phase adds a mode to the same case, and its speedups are recomputed
+        report.upsert(doc, linear_record(1024, {"stock-max-autotune": mode(ms=0.2)}))
+        self.assertEqual(len(doc["results"]), 2)
+        merged = doc["results"][1]["modes"]
+        self.assertEqual(set(merged), {"stock", "overlay", "stock-max-autotune"})
+        self.assertAlmostEqual(merged["overlay"]["speedup"]["stock-max-autotune"], 4.0)
+
+    def test_markdown_report(self):
+        text = report.render_markdown(sample_document(), "bench_results/linear_speedup.png")
+        self.assertIn("| GPU | NVIDIA H200 |", text)
+        self.assertIn("| date | 2026-11-21T00:00:00+00:00 |", text)
+        self.assertIn("| command | `python tools/bench.py --out bench_out` |", text)
+        self.assertIn("| case | eager ms | stock ms | overlay ms | overlay / stock "
+                      "| best / floor |", text)
+        self.assertIn("| 16x4096x4096 | 0.0500 | 0.0400 | WRONG | - |", text)
+        self.assertIn("| 1024x4096x4096 | - | 0.1000 | 0.0500 | 2.00x |", text)
+        self.assertIn("![speedup over stock default against M](bench_results/linear_speedup.png)",
+                      text)
+        self.assertIn("| overlay | WRONG | WRONG | WRONG | WRONG | WRONG | 0.4 | - | - | 5.0e-01 |",
+                      text)
+        self.assertIn("## mlp:", text)
+        self.assertIn("_to be filled", text.split("## mlp:")[1])
+
+    def test_skeleton_has_every_workload(self):
+        text = report.render_markdown(None)
+        for workload in ("linear", "gelu_linear", "pointwise", "mlp"):
+            self.assertIn(f"## {workload}:", text)
+        self.assertIn("_date_", text)
+        self.assertNotIn("![", text)
+
+    def test_terminal_summary(self):
+        text = report.terminal_summary(sample_document())
+        self.assertIn("== linear", text)
+        line = next(x for x in text.splitlines() if x.startswith("16x4096x4096"))
+        self.assertEqual(line.split(), ["16x4096x4096", "0.0500", "0.0400", "WRONG", "-", "42%"])
+
+    def test_report_command(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = pathlib.Path(tmp) / "bench.json"
+            report.write_json(sample_document(), path)
+            out, err = io.StringIO(), io.StringIO()
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                self.assertEqual(bench.main(["--report", str(path)]), 0)
+        self.assertTrue(out.getvalue().startswith("# Benchmarks"))
+        self.assertIn("WRONG", out.getvalue())
+
+    def test_plot_without_matplotlib_says_so(self):
+        with mock.patch.dict(sys.modules, {"matplotlib": None}):
+            message = report.write_plot(sample_document(), pathlib.Path("unused.png"))
+        self.assertIn("matplotlib is not installed", message)
+
+    @unittest.skipUnless(HAS_MATPLOTLIB, "matplotlib is not installed")
+    def test_plot(self):
+        doc = sample_document()
+        series = report.linear_speedups(doc)
+        self.assertEqual(set(series), {((4096, 4096), "eager"), ((4096, 4096), "overlay")})
+        self.assertEqual(series[((4096, 4096), "overlay")], [(1024, 2.0)])  # WRONG at M=16
+        with tempfile.TemporaryDirectory() as tmp:
+            path = pathlib.Path(tmp) / "plot.png"
+            report.write_plot(doc, path)
+            self.assertGreater(path.stat().st_size, 1000)
+
+
+class TestCommandLine(TestCase):
+    def run_main(self, argv):
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            rc = bench.main(argv)
+        return rc, out.getvalue(), err.getvalue()
+
+    def test_no_gpu_says_so_in_one_line(self):
+        with tempfile.TemporaryDirectory() as tmp, \
+                mock.patch.object(bench, "gpu_available", return_value=False):
+            rc, out, err = self.run_main(["--quick", "--out", tmp])
+            self.assertEqual(list(pathlib.Path(tmp).iterdir()), [])
+        self.assertNotEqual(rc, 0)
+        self.assertEqual(len(err.strip().splitlines()), 1)
+        self.assertIn("no CUDA GPU", err)
+
+    def test_selection(self):
+        rc, out, _ = self.run_main(["--list", "--workloads", "gelu_linear",
+                                    "--shapes", "^bf16 tanh"])
+        self.assertEqual(rc, 0)
+        self.assertEqual(len(out.strip().splitlines()), 3)
+        rc, _, err = self.run_main(["--quick", "--shapes", "no such shape"])
+        self.assertEqual(rc, 2)
+
+    def test_unknown_overlay_is_refused(self):
+        rc, _, err = self.run_main(["--compile-only", "--quick", "--overlays", "no_such_overlay"])
+        self.assertEqual(rc, 2)
+        self.assertIn("unknown overlay no_such_overlay", err)
+
+    def test_compile_only_on_one_tiny_shape(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            rc, out, _ = self.run_main(["--compile-only", "--workloads", "pointwise",
+                                        "--shapes", "^float32 tanh 1M$", "--overlays=",
+                                        "--out", tmp])
+            doc = report.read_json(pathlib.Path(tmp) / "bench.json")
+        self.assertEqual(rc, 0)
+        (row,) = doc["compile_only"]
+        self.assertEqual(row["id"], "pointwise/float32 tanh 1M")
+        self.assertGreater(row["stock_s"], 0)
+        self.assertGreater(row["overlay_s"], 0)
+        self.assertIs(row["code_differs"], False)  # no overlay selected: the same code
+        self.assertIn("overlay / stock", out)
+
+    @unittest.skipUnless(torch.cuda.is_available(), "needs a GPU")
+    def test_quick_run_on_gpu(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            rc, out, _ = self.run_main(["--quick", "--workloads", "pointwise", "--out", tmp])
+            doc = report.read_json(pathlib.Path(tmp) / "bench.json")
+        self.assertEqual(rc, 0)
+        (case,) = doc["results"]
+        self.assertEqual({r["status"] for r in case["modes"].values()}, {"ok"}, out)
+        self.assertGreater(doc["ceilings"]["copy_GBps"], 100)
+
+
+if __name__ == "__main__":
+    run_tests()

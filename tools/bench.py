@@ -1,0 +1,486 @@
+#!/usr/bin/env python3
+"""Benchmark torch_overlay against stock Inductor, side by side, on this GPU.
+
+    python tools/bench.py --out bench_out     every workload and mode (about 6 min on an H200)
+    python tools/bench.py --quick             smoke run: two cases, three modes (under a minute)
+    python tools/bench.py --list              the cases, their FLOPs and bytes; runs nothing
+    python tools/bench.py --compile-only      compile time, stock against overlay, without a GPU
+    python tools/bench.py --report bench_out/bench.json > BENCHMARKS.md
+
+Select with --workloads linear,mlp, --shapes REGEX (searched in the case labels that
+--list prints), --modes stock,overlay. Max-autotune is slow to compile: by default it
+runs on the issue's shape sets only (--max-autotune all for every case), after every
+other mode of every case, and is skipped once --budget-s seconds have passed. The JSON
+is rewritten after each case, so a killed run keeps what it measured.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import gc
+import math
+import pathlib
+import platform
+import re
+import shlex
+import subprocess
+import sys
+import time
+import zlib
+from typing import Callable
+
+TOOLS = pathlib.Path(__file__).resolve().parent
+REPO = TOOLS.parent
+sys.path[1:1] = [str(TOOLS), str(REPO)]  # run from anywhere, without installing the package
+
+import torch  # noqa: E402
+
+import torch_overlay  # noqa: E402
+from bench_report import (  # noqa: E402
+    PLOT_NAME, compile_only_table, derive, is_wrong, new_document, read_json,
+    render_markdown, terminal_summary, text_table, tolerance, upsert, write_json, write_plot)
+from bench_workloads import MODES, WORKLOADS, Case, Mode, all_cases, io_bytes  # noqa: E402
+
+QUICK_CASES = ("linear/16x4096x4096", "pointwise/float32 tanh 1M")
+QUICK_MODES = ("eager", "stock", "overlay")
+# no max-autotune step starts after this: the slowest (about 80 s) still ends within
+# a 10-minute command limit
+DEFAULT_BUDGET_S = 360
+
+# do_bench arguments are milliseconds of warm-up and of timed repetitions
+WARMUP_MS, REP_MS = 25, 100
+# Rotate through input sets that together exceed 3x the L2: by the time a set comes
+# back, the others have evicted it, so every call reads its inputs from memory.
+# (triton 3.6's do_bench also wipes L2 before each timed call, but not in its warm-up,
+# and the harness should not depend on that.)
+ROTATE_L2_MULTIPLE, MAX_INPUT_SETS = 3, 32
+
+
+def log(*parts) -> None:
+    print(*parts, flush=True)  # flush: a killed run still shows where it was
+
+
+# -- measuring ----------------------------------------------------------------------
+
+def median_ms(fn: Callable[[], object]) -> float:
+    import triton.testing
+
+    return triton.testing.do_bench(fn, warmup=WARMUP_MS, rep=REP_MS, return_mode="median")
+
+
+def measure_ceilings(device: str = "cuda") -> dict:
+    """Device copy bandwidth (bytes read + written) and the bf16 cuBLAS rate, on random data."""
+    src = torch.randn(1 << 28, device=device)  # 1 GiB, far past the L2
+    dst = torch.empty_like(src)
+    copy_ms = median_ms(lambda: dst.copy_(src))
+    n = 8192
+    a, b = (torch.randn(n, n, device=device, dtype=torch.bfloat16) for _ in range(2))
+    mm_ms = median_ms(lambda: torch.mm(a, b))
+    return {"copy_GBps": 2 * src.nbytes / copy_ms / 1e6, "bf16_mm_TFLOPs": 2 * n**3 / mm_ms / 1e9,
+            "mm_shape": f"{n}x{n}x{n}"}
+
+
+def n_input_sets(set_bytes: int, l2_bytes: int) -> int:
+    return max(1, min(MAX_INPUT_SETS, math.ceil(ROTATE_L2_MULTIPLE * l2_bytes / set_bytes)))
+
+
+def make_input_sets(case: Case, device: str, l2_bytes: int) -> list[tuple[torch.Tensor, ...]]:
+    # seeded by the case: a later phase of the run sees the same data
+    gen = torch.Generator(device).manual_seed(zlib.crc32(case.id.encode()))
+
+    def rand(shape, dtype, scale=1.0):
+        return (torch.randn(shape, device=device, generator=gen) * scale).to(dtype)
+
+    first = case.make_inputs(rand)
+    count = n_input_sets(io_bytes(first), l2_bytes)
+    return [first] + [case.make_inputs(rand) for _ in range(count - 1)]
+
+
+def meta_rand(shape, dtype, scale=1.0):
+    """Shape-only inputs for the GPU-free harness: no memory, no data."""
+    return torch.empty(shape, dtype=dtype, device="meta")
+
+
+def rotating(call: Callable, input_sets: list) -> Callable[[], object]:
+    state = {"i": 0}
+
+    def next_call():
+        state["i"] += 1
+        return call(*input_sets[state["i"] % len(input_sets)])
+    return next_call
+
+
+def reference_outputs(case: Case, inputs: tuple) -> tuple[torch.Tensor, ...]:
+    # autocast leaves fp64 alone: case.fn on fp64 inputs is the fp64 reference
+    upcast = tuple(t.detach().double().requires_grad_(t.requires_grad) for t in inputs)
+    return case.step(case.fn)(*upcast)
+
+
+def relative_error(outputs, refs) -> float:
+    """The largest ||out - ref|| / ||ref|| over the outputs; NaN or inf gives inf."""
+    worst = 0.0
+    for out, ref in zip(outputs, refs, strict=True):
+        ref = ref.detach().double()
+        err = (torch.linalg.vector_norm(out.detach().double() - ref)
+               / torch.linalg.vector_norm(ref)).item()
+        worst = max(worst, err if math.isfinite(err) else math.inf)
+    return worst
+
+
+def check_accounting(case: Case, inputs: tuple, outputs: tuple) -> None:
+    actual = io_bytes(inputs, outputs)
+    if actual != case.bytes:
+        raise AssertionError(f"{case.id}: declares {case.bytes} bytes, but its inputs and "
+                             f"outputs are {actual}: fix bench_workloads.py")
+
+
+def gpu_available() -> bool:
+    return torch.cuda.is_available()
+
+
+def synchronize(device: str) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
+@contextlib.contextmanager
+def mode_context(mode: Mode, overlays: list[str] | None, force: bool):
+    """Each mode starts from nothing: overlays on or off as the mode says, Dynamo reset,
+    and a fresh Inductor and Triton cache directory, so its compile time is a cold
+    compile and stock and overlay never share a cache entry."""
+    from torch._inductor.utils import fresh_cache
+
+    torch_overlay.disable()
+    torch._dynamo.reset()
+    try:
+        if mode.overlays:
+            torch_overlay.enable(overlays, force=force)
+        with fresh_cache():
+            yield
+    finally:
+        torch_overlay.disable()
+        torch._dynamo.reset()
+
+
+def applies(mode: Mode, case: Case) -> bool:
+    return not mode.addmm_activation or case.addmm_activation is not None
+
+
+def build_call(mode: Mode, case: Case) -> Callable:
+    if mode.addmm_activation:
+        return case.step(case.addmm_activation)
+    if mode.compile_mode:
+        return case.step(torch.compile(case.fn, mode=mode.compile_mode, dynamic=False))
+    return case.step(case.fn)
+
+
+def measure_mode(case, mode, input_sets, ref, tol, *, device, timer, build, overlays, force):
+    if not applies(mode, case):
+        return {"status": "n/a"}
+    try:
+        with mode_context(mode, overlays, force):
+            call = build(mode, case)
+            start = time.perf_counter()
+            outputs = call(*input_sets[0])  # compiles, for a compiled mode
+            synchronize(device)
+            compile_s = time.perf_counter() - start if mode.compile_mode else None
+            error = relative_error(outputs, ref)
+            del outputs
+            if is_wrong(error, tol):  # a wrong result is never timed
+                return {"status": "WRONG", "compile_s": compile_s, "error": error}
+            ms = timer(rotating(call, input_sets))
+        return {"status": "ok", "ms": ms, "compile_s": compile_s, "error": error}
+    except Exception as e:  # one mode's failure must not end the run
+        return {"status": "failed", "message": one_line(e)}
+
+
+def one_line(e: BaseException) -> str:
+    text = f"{type(e).__name__}: {e}".strip().splitlines()
+    return text[0][:300] if text else type(e).__name__
+
+
+def case_record(case: Case) -> dict:
+    return {"id": case.id, "workload": case.workload, "label": case.label, "params": case.params,
+            "dtype": str(case.dtype), "flops": case.flops, "bytes": case.bytes, "modes": {}}
+
+
+def measure_case(case: Case, modes: list[str], *, device="cuda", timer=median_ms,
+                 build=build_call, overlays=None, force=False, l2_bytes=60 << 20,
+                 on_mode: Callable[[str, dict, dict], None] = lambda *a: None) -> dict:
+    """Every mode of one case against the fp64 reference; tolerance from eager's error."""
+    record = case_record(case)
+    input_sets = make_input_sets(case, device, l2_bytes)
+    ref = reference_outputs(case, input_sets[0])
+    eager = case.step(case.fn)(*input_sets[0])
+    check_accounting(case, input_sets[0], eager)
+    record["eager_error"] = relative_error(eager, ref)
+    record["tolerance"] = tol = tolerance(record["eager_error"], str(case.dtype))
+    del eager
+    for name in modes:
+        record["modes"][name] = measure_mode(
+            case, MODES[name], input_sets, ref, tol, device=device, timer=timer, build=build,
+            overlays=overlays, force=force)
+        on_mode(name, record["modes"][name], record)
+    return record
+
+
+# -- the run -------------------------------------------------------------------------
+
+def make_plan(cases: list[Case], modes: list[str],
+              max_autotune: str) -> list[tuple[Case, list[str]]]:
+    """Every other mode of every case first, then max-autotune, the slow compiles."""
+    fast = [m for m in modes if not MODES[m].max_autotune]
+    slow = [m for m in modes if MODES[m].max_autotune]
+    plan = [(c, fast) for c in cases if fast]
+    tuned = [c for c in cases if max_autotune == "all" or c.required_max_autotune]
+    plan += [(c, slow) for c in tuned if slow]
+    return plan
+
+
+def skipped(case: Case, modes: list[str], reason: str) -> dict:
+    record = case_record(case)
+    record["modes"] = {m: {"status": "skipped", "reason": reason} for m in modes}
+    return record
+
+
+def mode_line(name: str, result: dict, record: dict, ceilings: dict) -> str:
+    scratch = derive({**record, "modes": {name: dict(result)}}, ceilings)["modes"][name]
+    status = scratch["status"]
+    if status == "ok":
+        rate = f"{scratch['TFLOPs']:7.1f} TFLOP/s " if "TFLOPs" in scratch else ""
+        text = (f"{scratch['ms']:.4f} ms  {rate}{scratch['GBps']:7.0f} GB/s  "
+                f"{100 * scratch['floor_fraction']:3.0f}% of floor  err {scratch['error']:.1e}")
+    elif status == "WRONG":
+        text = f"WRONG: error {scratch['error']:.1e} > tolerance {record['tolerance']:.1e}"
+    else:
+        text = ": ".join([status] + [scratch[k] for k in ("message", "reason") if k in scratch])
+    if scratch.get("compile_s") is not None:
+        text += f"  compile {scratch['compile_s']:.1f} s"
+    return f"    {MODES[name].short:>10}  {text}"
+
+
+def run_benchmarks(plan, doc: dict, out_dir: pathlib.Path, args, overlays) -> None:
+    json_path = out_dir / "bench.json"
+    ceilings = doc["ceilings"]
+    start = time.perf_counter()
+    for i, (case, modes) in enumerate(plan, 1):
+        elapsed = time.perf_counter() - start
+        slow = any(MODES[m].max_autotune for m in modes)
+        if slow and args.budget_s and elapsed > args.budget_s:
+            upsert(doc, skipped(case, modes, f"time budget of {args.budget_s} s spent"))
+            write_json(doc, json_path)
+            continue
+        log(f"[{i}/{len(plan)} {elapsed:4.0f} s] {case.id} ({case.flops / 1e9:.3g} GFLOP, "
+            f"{case.bytes / 1e6:.1f} MB): {', '.join(modes)}")
+        try:
+            record = measure_case(
+                case, modes, overlays=overlays, force=args.force,
+                l2_bytes=torch.cuda.get_device_properties().L2_cache_size,
+                on_mode=lambda name, r, rec: log(mode_line(name, r, rec, ceilings)))
+        except Exception as e:  # the case's inputs or reference failed (out of memory, ...)
+            log(f"    failed: {one_line(e)}")
+            record = case_record(case)
+            record["modes"] = {m: {"status": "failed", "message": one_line(e)} for m in modes}
+        upsert(doc, record)
+        write_json(doc, json_path)
+        gc.collect()
+        torch.cuda.empty_cache()
+
+
+def warm_up_compiler(device: str) -> None:
+    """Start Inductor's compile workers and load its modules before the first case, so
+    that case's compile time is not charged for them."""
+    x = torch.randn(1 << 10, device=device)
+    with mode_context(MODES["stock"], None, False):
+        torch.compile(torch.nn.functional.gelu, dynamic=False)(x)
+        synchronize(device)
+
+
+def environment(argv: list[str], overlays: list[str] | None) -> dict:
+    import triton
+
+    def git(*cmd):
+        try:
+            return subprocess.run(["git", *cmd], cwd=REPO, capture_output=True, text=True,
+                                  timeout=10, check=True).stdout.strip()
+        except Exception:  # the device machine gets the tree without .git
+            return None
+    commit = git("rev-parse", "--short", "HEAD")
+    if commit and git("status", "--porcelain", "--untracked-files=no"):
+        commit += "+dirty"
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "gpu": torch.cuda.get_device_name() if gpu_available() else "none (GPU-free harness)",
+        "torch": torch.__version__, "triton": triton.__version__, "cuda": torch.version.cuda,
+        "python": platform.python_version(), "torch_overlay": torch_overlay.__version__,
+        "git": commit, "overlays": overlays or [],
+        "command": shlex.join(["python", "tools/bench.py", *argv]),
+    }
+
+
+def finish(doc: dict, out_dir: pathlib.Path) -> None:
+    write_json(doc, out_dir / "bench.json")
+    log(terminal_summary(doc))
+    log(write_plot(doc, out_dir / PLOT_NAME))
+    plot = PLOT_NAME if (out_dir / PLOT_NAME).exists() else None
+    (out_dir / "bench.md").write_text(render_markdown(doc, plot))
+    log(f"results: {out_dir / 'bench.json'}, report: {out_dir / 'bench.md'}")
+
+
+# -- compile time without a GPU ------------------------------------------------------
+
+def compile_only(cases: list[Case], overlays, force: bool) -> list[dict]:
+    """Inductor's compile of each inference case for the H200, stock against overlay,
+    through the GPU-free harness (fake CUDA tensors: no kernel is built or run)."""
+    from torch_overlay.testing import get_code
+    from torch_overlay.testing.golden import normalize
+
+    def compile_seconds(case, mode, inputs):
+        with mode_context(mode, overlays, force):
+            start = time.perf_counter()
+            code = get_code(case.step(torch.compile(case.fn, dynamic=False)), *inputs,
+                            force_fake=True)
+            return time.perf_counter() - start, normalize(code)
+
+    pointwise = next(c for c in all_cases(["pointwise"]))
+    compile_seconds(pointwise, MODES["stock"], pointwise.make_inputs(meta_rand))  # warm-up
+    rows = []
+    for case in cases:
+        if case.train:
+            log(f"{case.id}: skipped (backward code generation needs a real GPU)")
+            continue
+        row = {"id": case.id, "workload": case.workload, "label": case.label}
+        try:
+            inputs = case.make_inputs(meta_rand)
+            row["stock_s"], stock = compile_seconds(case, MODES["stock"], inputs)
+            row["overlay_s"], overlay = compile_seconds(case, MODES["overlay"], inputs)
+            row["code_differs"] = stock != overlay
+            log(f"{case.id}: stock {row['stock_s']:.2f} s, overlay {row['overlay_s']:.2f} s"
+                + (", code differs" if row["code_differs"] else ""))
+        except Exception as e:
+            row["message"] = one_line(e)
+            log(f"{case.id}: failed: {row['message']}")
+        rows.append(row)
+    return rows
+
+
+# -- command line -------------------------------------------------------------------
+
+def probe_overlays(names: list[str] | None, force: bool) -> list[str] | None:
+    """The overlays the overlay modes will run with (requirements included), said up front."""
+    try:
+        enabled = torch_overlay.enable(names, force=force)
+    except torch_overlay.OverlayError as e:
+        log(f"overlays: the overlay modes will fail: {e}")
+        return names  # each overlay mode then fails with this reason
+    finally:
+        torch_overlay.disable()
+    if torch_overlay.killed():
+        log("overlays: TORCH_OVERLAY_DISABLE is set: the overlay modes measure stock Inductor")
+    else:
+        log(f"overlays: {', '.join(enabled) or 'none: the overlay modes measure stock Inductor'}")
+    return enabled
+
+def select_cases(args) -> list[Case]:
+    cases = all_cases(args.workloads)
+    if args.quick and not args.shapes:
+        cases = [c for c in cases if c.id in QUICK_CASES]
+    if args.shapes:
+        cases = [c for c in cases if re.search(args.shapes, c.label)]
+    return cases
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    def names(choices):
+        def parse(text):
+            values = [v.strip() for v in text.split(",") if v.strip()]
+            unknown = [v for v in values if v not in choices]
+            if unknown:
+                raise argparse.ArgumentTypeError(
+                    f"unknown {', '.join(unknown)}; choose from {', '.join(choices)}")
+            return values
+        return parse
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                epilog=__doc__.split("\n\n", 1)[1],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", type=pathlib.Path, default=pathlib.Path("bench_out"),
+                   help="directory for bench.json, bench.md and the plot (default: bench_out)")
+    p.add_argument("--workloads", type=names(list(WORKLOADS)), help="default: all")
+    p.add_argument("--shapes", metavar="REGEX", help="keep the cases whose label matches")
+    p.add_argument("--modes", type=names(list(MODES)), help="default: all")
+    p.add_argument("--max-autotune", choices=("required", "all"), default="required",
+                   help="cases that get the max-autotune modes (default: the issue's shape sets)")
+    p.add_argument("--budget-s", type=float, default=DEFAULT_BUDGET_S,
+                   help="skip max-autotune after this many seconds; 0: no limit")
+    p.add_argument("--overlays", type=lambda s: [n for n in s.split(",") if n],
+                   help="overlays of the overlay modes (default: all registered)")
+    p.add_argument("--force", action="store_true", help="enable overlays despite upstream drift")
+    p.add_argument("--quick", action="store_true",
+                   help=f"smoke run: {', '.join(QUICK_CASES)}; modes {', '.join(QUICK_MODES)}")
+    p.add_argument("--list", action="store_true", help="print the selected cases and exit")
+    p.add_argument("--compile-only", action="store_true",
+                   help="compile time, stock against overlay, through the GPU-free harness")
+    p.add_argument("--report", type=pathlib.Path, metavar="JSON",
+                   help="print BENCHMARKS.md for a results file (and redraw its plot)")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    if args.report:
+        doc = read_json(args.report)
+        print(write_plot(doc, args.report.parent / PLOT_NAME), file=sys.stderr)
+        plot = args.report.parent / PLOT_NAME
+        print(render_markdown(doc, str(plot) if plot.exists() else None))
+        return 0
+    cases = select_cases(args)
+    modes = args.modes or (list(QUICK_MODES) if args.quick else list(MODES))
+    if args.list:
+        for c in cases:
+            mark = "  (max-autotune by default)" if c.required_max_autotune else ""
+            log(f"{c.id}: {c.flops / 1e9:.3g} GFLOP, {c.bytes / 1e6:.1f} MB{mark}")
+        return 0
+    if not cases:
+        print("bench.py: no case matches the selection (see --list)", file=sys.stderr)
+        return 2
+    if not args.compile_only and not gpu_available():
+        print("bench.py: no CUDA GPU here; only --compile-only, --list and --report run "
+              "without one", file=sys.stderr)
+        return 1
+    known = torch_overlay.load_overlays()
+    unknown = [n for n in args.overlays or [] if n not in known]
+    if unknown:
+        print(f"bench.py: unknown overlay {', '.join(unknown)}; registered: "
+              f"{', '.join(known) or 'none'}", file=sys.stderr)
+        return 2
+    overlays = probe_overlays(args.overlays, args.force)
+    args.out.mkdir(parents=True, exist_ok=True)
+    settings = {"modes": modes, "max_autotune": args.max_autotune, "budget_s": args.budget_s,
+                "do_bench_ms": {"warmup": WARMUP_MS, "rep": REP_MS}}
+    if args.compile_only:
+        doc = new_document(environment(argv, overlays), None, settings)
+        doc["compile_only"] = compile_only(cases, overlays, args.force)
+        write_json(doc, args.out / "bench.json")
+        log(text_table(*compile_only_table(doc["compile_only"])))
+        log(f"results: {args.out / 'bench.json'}")
+        return 0
+    log(f"{torch.cuda.get_device_name()}: measuring the ceilings")
+    doc = new_document(environment(argv, overlays), measure_ceilings(), settings)
+    c = doc["ceilings"]
+    log(f"device copy {c['copy_GBps'] / 1e3:.2f} TB/s, "
+        f"bf16 cuBLAS {c['bf16_mm_TFLOPs']:.0f} TFLOP/s")
+    warm_up_compiler("cuda")
+    plan = make_plan(cases, modes, args.max_autotune)
+    log(f"plan: {len(plan)} steps over {len(cases)} cases; modes {', '.join(modes)}")
+    try:
+        run_benchmarks(plan, doc, args.out, args, overlays)
+    finally:
+        finish(doc, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,360 @@
+"""The numbers tools/bench.py derives from its measurements, and how it shows them.
+
+A results document (the JSON file) holds, per case, each mode's raw measurement:
+``status`` ("ok", "WRONG", "failed", "n/a", "skipped"), ``ms``, ``compile_s``,
+``error``. Everything else (rates, fractions of the ceilings, speedups, the floor)
+is derived here from those, so the terminal, the JSON and BENCHMARKS.md agree.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import pathlib
+from collections import defaultdict
+
+from bench_workloads import MODES, STOCK_MODES, WORKLOADS
+
+# A compiled kernel may round differently from eager (fused epilogues skip the bf16
+# rounding in between, accumulation order changes), but an error several times
+# eager's own against fp64 is a bug. The floor keeps a near-exact eager (fp32
+# pointwise) from setting a tolerance below what a different libdevice call gives.
+TOLERANCE_FACTOR = 4.0
+ERROR_FLOOR = {"torch.float32": 1e-5, "torch.float16": 1e-4, "torch.bfloat16": 1e-3}
+
+
+def tolerance(eager_error: float, dtype: str) -> float:
+    eager = eager_error if math.isfinite(eager_error) else 0.0
+    return TOLERANCE_FACTOR * max(eager, ERROR_FLOOR[dtype])
+
+
+def is_wrong(error: float, tol: float) -> bool:
+    return not error <= tol  # NaN never passes
+
+
+def is_ok(result: dict | None) -> bool:
+    return bool(result) and result.get("status") == "ok" and bool(result.get("ms"))
+
+
+def speedup(baseline: dict | None, result: dict | None) -> float | None:
+    """How many times faster ``result`` is than ``baseline``; None unless both are ok."""
+    if not (is_ok(baseline) and is_ok(result)):
+        return None
+    return baseline["ms"] / result["ms"]
+
+
+def floor_ms(flops: float, nbytes: float, ceilings: dict) -> tuple[float, str]:
+    """The fastest any version could run, and whether arithmetic or bytes bound it."""
+    compute = flops / ceilings["bf16_mm_TFLOPs"] / 1e9
+    memory = nbytes / ceilings["copy_GBps"] / 1e6
+    return (compute, "compute") if compute > memory else (memory, "memory")
+
+
+def derive(case: dict, ceilings: dict) -> dict:
+    """Add the floor, and to each ok mode its rates, fractions and speedups, in place."""
+    case["floor_ms"], case["bound"] = floor_ms(case["flops"], case["bytes"], ceilings)
+    modes = case["modes"]
+    for result in modes.values():
+        for key in ("TFLOPs", "GBps", "peak_fraction", "copy_fraction", "floor_fraction"):
+            result.pop(key, None)
+        result["speedup"] = {s: speedup(modes.get(s), result) for s in STOCK_MODES if s in modes}
+        if not is_ok(result):
+            continue
+        ms = result["ms"]
+        if case["flops"]:
+            result["TFLOPs"] = case["flops"] / ms / 1e9
+            result["peak_fraction"] = result["TFLOPs"] / ceilings["bf16_mm_TFLOPs"]
+        result["GBps"] = case["bytes"] / ms / 1e6
+        result["copy_fraction"] = result["GBps"] / ceilings["copy_GBps"]
+        result["floor_fraction"] = case["floor_ms"] / ms
+    return case
+
+
+# -- the results document ---------------------------------------------------------
+
+def new_document(env: dict, ceilings: dict | None, settings: dict) -> dict:
+    return {"schema": 1, "env": env, "ceilings": ceilings, "settings": settings,
+            "results": [], "compile_only": []}
+
+
+def upsert(doc: dict, case_result: dict) -> dict:
+    """Merge one case's measurements (a later phase adds modes to an earlier entry)."""
+    for existing in doc["results"]:
+        if existing["id"] == case_result["id"]:
+            existing["modes"].update(case_result["modes"])
+            for key, value in case_result.items():  # an earlier phase may have failed early
+                existing.setdefault(key, value)
+            case_result = existing
+            break
+    else:
+        doc["results"].append(case_result)
+    if doc["ceilings"]:
+        derive(case_result, doc["ceilings"])
+    return case_result
+
+
+def write_json(doc: dict, path: pathlib.Path) -> None:
+    # write then rename: a run killed mid-write leaves the previous complete file
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(doc, indent=1))
+    os.replace(tmp, path)
+
+
+def read_json(path: pathlib.Path) -> dict:
+    return json.loads(pathlib.Path(path).read_text())
+
+
+# -- cells and tables -------------------------------------------------------------
+
+def cell(result: dict | None, key: str = "ms") -> str:
+    """A mode's ``key`` for a table; a result that is not ok never shows a speed."""
+    if not result:
+        return "-"
+    if result["status"] != "ok":
+        return {"n/a": "n/a", "skipped": "skipped"}.get(result["status"], result["status"])
+    return number(result.get(key), key)
+
+
+def number(value: float | None, key: str = "") -> str:
+    if value is None:
+        return "-"
+    if key == "ms":
+        return f"{value:.4f}"
+    if key.endswith("fraction"):
+        return f"{100 * value:.0f}%"
+    if key in ("TFLOPs", "GBps", "compile_s"):
+        return f"{value:.1f}"
+    if key in ("error", "tolerance"):
+        return f"{value:.1e}"
+    return f"{value:.2f}x"  # speedups
+
+
+def text_table(headers: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
+    lines = [headers, ["-" * w for w in widths], *rows]
+    return "\n".join("  ".join(str(c).rjust(w) if i else str(c).ljust(w)
+                               for i, (c, w) in enumerate(zip(line, widths))) for line in lines)
+
+
+def markdown_table(headers: list[str], rows: list[list[str]]) -> str:
+    lines = [headers, ["---"] * len(headers), *rows]
+    return "\n".join("| " + " | ".join(str(c) for c in line) + " |" for line in lines)
+
+
+def modes_run(cases: list[dict]) -> list[str]:
+    present = {m for c in cases for m, r in c["modes"].items() if r["status"] != "n/a"}
+    return [m for m in MODES if m in present]
+
+
+SPEEDUP_PAIRS = [(m, s) for m in ("overlay", "overlay-max-autotune") for s in STOCK_MODES]
+
+
+def summary_table(cases: list[dict]) -> tuple[list[str], list[list[str]]]:
+    """One row per case: each mode's ms, the overlay speedups, the best against the floor."""
+    modes = modes_run(cases)
+    pairs = [(m, s) for m, s in SPEEDUP_PAIRS if m in modes and s in modes]
+    headers = (["case"] + [MODES[m].short + " ms" for m in modes]
+               + [f"{MODES[m].short} / {MODES[s].short}" for m, s in pairs] + ["best / floor"])
+    rows = []
+    for c in cases:
+        best = max((r.get("floor_fraction") or 0 for r in c["modes"].values()), default=0)
+        rows.append([c["label"]] + [cell(c["modes"].get(m)) for m in modes]
+                    + [number(c["modes"].get(m, {}).get("speedup", {}).get(s)) for m, s in pairs]
+                    + [number(best or None, "floor_fraction")])
+    return headers, rows
+
+
+DETAIL_KEYS = ["ms", "TFLOPs", "GBps", "peak_fraction", "copy_fraction", "compile_s"]
+DETAIL_HEADERS = ["ms", "TFLOP/s", "GB/s", "% bf16 peak", "% copy BW", "compile s"]
+
+
+def detail_rows(case: dict) -> list[list[str]]:
+    """One row per mode: rates, fractions, speedups against each stock mode, error."""
+    rows = []
+    for name in modes_run([case]):
+        r = case["modes"][name]
+        compile_s = number(r.get("compile_s"), "compile_s")  # measured even when WRONG
+        rows.append([MODES[name].short] + [cell(r, k) for k in DETAIL_KEYS[:-1]] + [compile_s]
+                    + [number(r.get("speedup", {}).get(s)) for s in STOCK_MODES]
+                    + [number(r.get("error"), "error")])
+    return rows
+
+
+def detail_headers() -> list[str]:
+    return (["mode"] + DETAIL_HEADERS + [f"vs {MODES[s].short}" for s in STOCK_MODES]
+            + ["rel err"])
+
+
+def case_heading(case: dict) -> str:
+    floor = (f", floor {case['floor_ms']:.4f} ms ({case['bound']})"
+             if "floor_ms" in case else "")
+    flops = f"{case['flops'] / 1e9:.1f} GFLOP, " if case["flops"] else ""
+    tol = f", tolerance {case['tolerance']:.1e}" if case.get("tolerance") else ""
+    return f"{case['workload']} {case['label']}: {flops}{case['bytes'] / 1e6:.1f} MB{floor}{tol}"
+
+
+def messages(case: dict) -> list[str]:
+    return [f"{MODES[m].short}: {r['message']}" for m, r in case["modes"].items()
+            if r.get("message")]
+
+
+def by_workload(doc: dict) -> dict[str, list[dict]]:
+    groups: dict[str, list[dict]] = defaultdict(list)
+    for case in doc["results"]:
+        groups[case["workload"]].append(case)
+    return groups
+
+
+def terminal_summary(doc: dict) -> str:
+    parts = []
+    for workload, cases in by_workload(doc).items():
+        parts.append(f"\n== {workload}: {WORKLOADS[workload].title}")
+        parts.append(text_table(*summary_table(cases)))
+    if doc.get("compile_only"):
+        parts.append("\n== compile time through the GPU-free harness (s)")
+        parts.append(text_table(*compile_only_table(doc["compile_only"])))
+    return "\n".join(parts)
+
+
+def compile_only_table(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
+    headers = ["workload", "case", "stock s", "overlay s", "overlay / stock", "code differs"]
+    return headers, [[r["workload"], r["label"], number(r.get("stock_s"), "compile_s"),
+                      number(r.get("overlay_s"), "compile_s"),
+                      number(ratio(r.get("overlay_s"), r.get("stock_s"))),
+                      {True: "yes", False: "no"}.get(r.get("code_differs"), "-")]
+                     for r in rows]
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a and b else None
+
+
+# -- BENCHMARKS.md ----------------------------------------------------------------
+
+PLOT_NAME = "linear_speedup.png"
+
+READING = """\
+Every speed here is a ratio against stock Inductor measured in the same run on the
+same GPU; the absolute figures are for orientation only. Each time is the median of
+`triton.testing.do_bench` (warm-up, L2 flushed, inputs rotated through several random
+sets where they fit in the 60 MB L2). *stock* is `torch.compile` with no overlay,
+*overlay* the same with `torch_overlay.enable(...)`; *MA* is
+`mode="max-autotune-no-cudagraphs"`; *addmm_act* is eager
+`torch._addmm_activation(..., use_gelu=True) + r` (cuBLASLt's GELU epilogue).
+`a / b` is how many times faster *a* is than *b*. *best / floor*: the floor is the
+larger of FLOPs over the bf16 cuBLAS rate and bytes (inputs read once, outputs written
+once) over the copy bandwidth, both measured in the same run. Each mode's output is
+compared with an fp64 reference (relative Frobenius error); one whose error exceeds
+4x eager's own is shown as **WRONG** and never as a speed. Compile time is the first
+call after `torch._dynamo.reset()` in a fresh cache directory per mode. A `-` is a
+mode not run: max-autotune runs on the issue's shape sets unless `--max-autotune all`."""
+
+
+def render_markdown(doc: dict | None, plot_link: str | None = None) -> str:
+    """BENCHMARKS.md from a results document; with None, the skeleton to be filled."""
+    env = (doc or {}).get("env", {})
+    ceilings = (doc or {}).get("ceilings")
+    todo = "_to be filled: run the command above_"
+
+    def field(key):
+        return env.get(key) or f"_{key}_"
+    out = ["# Benchmarks", "",
+           "torch_overlay against stock Inductor, every figure of a table measured in one run "
+           "on one GPU.", "",
+           "| | |", "|---|---|",
+           f"| GPU | {field('gpu')} |",
+           f"| date | {field('date')} |",
+           f"| versions | torch {field('torch')}, triton {field('triton')}, CUDA {field('cuda')}, "
+           f"Python {field('python')} |",
+           f"| torch_overlay | {field('torch_overlay')} (git {field('git')}) |",
+           f"| overlays | {', '.join(env.get('overlays') or []) or '_overlays_'} |",
+           f"| command | `{env.get('command', 'python tools/bench.py --out bench_out')}` |", "",
+           "Every number is in `tools/bench_results/bench.json`; this page is rendered from it "
+           "by `python tools/bench.py --report tools/bench_results/bench.json > BENCHMARKS.md`. "
+           "A full run takes about 6 minutes on an H200; `--quick` checks the tool in under one.",
+           "", "## How to read these tables", "", READING, "",
+           "## Ceilings, measured in the same run", ""]
+    if ceilings:
+        out += [f"- device copy: {ceilings['copy_GBps'] / 1e3:.2f} TB/s (bytes read + written)",
+                f"- bf16 cuBLAS {ceilings['mm_shape']}: "
+                f"{ceilings['bf16_mm_TFLOPs']:.0f} TFLOP/s", ""]
+    else:
+        out += [todo, ""]
+    groups = by_workload(doc) if doc else {}
+    for workload, spec in WORKLOADS.items():
+        out += [f"## {workload}: {spec.title}", "", spec.notes, ""]
+        cases = groups.get(workload)
+        if not cases:
+            out += [todo, ""]
+            continue
+        out += [markdown_table(*summary_table(cases)), ""]
+        if workload == "linear" and plot_link:
+            out += [f"![speedup over stock default against M]({plot_link})", ""]
+        out += ["<details><summary>Every mode of every case</summary>", ""]
+        for case in cases:
+            out += [f"**{case_heading(case)}**", "",
+                    markdown_table(detail_headers(), detail_rows(case)), ""]
+            out += [f"- {m}" for m in messages(case)] + ([""] if messages(case) else [])
+        out += ["</details>", ""]
+    if doc and doc.get("compile_only"):
+        out += ["## Compile time through the GPU-free harness", "",
+                "Inductor's own compile (tracing, lowering, code generation) for the H200 "
+                "profile, without Triton's kernel compilation.", "",
+                markdown_table(*compile_only_table(doc["compile_only"])), ""]
+    return "\n".join(out)
+
+
+# -- the plot ---------------------------------------------------------------------
+
+def write_plot(doc: dict, path: pathlib.Path) -> str:
+    """Speedup over stock default against M, one panel per (N, K) of the linear set."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed: no plot (pip install matplotlib)"
+    series = linear_speedups(doc)
+    if not series:
+        return "no linear results to plot"
+    panels = sorted({nk for nk, _ in series})
+    ncols = min(3, len(panels))
+    nrows = math.ceil(len(panels) / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.5 * ncols, 3.4 * nrows), sharey=True,
+                             squeeze=False)
+    for ax, nk in zip(axes.flat, panels):
+        for (panel, mode), points in series.items():
+            if panel == nk:
+                ms, ys = zip(*sorted(points))
+                # a mode keeps its colour in every panel
+                ax.plot(ms, ys, marker="o", color=f"C{list(MODES).index(mode)}",
+                        label=MODES[mode].short)
+        ax.axhline(1.0, color="grey", linewidth=0.8)
+        ax.set_xscale("log", base=2)
+        ax.set_title(f"N={nk[0]}, K={nk[1]}")
+        ax.set_xlabel("M")
+        ax.legend(fontsize="small")
+    for ax in axes.flat[len(panels):]:
+        ax.set_visible(False)
+    for row in axes:
+        row[0].set_ylabel("speedup over stock default")
+    env = doc.get("env", {})
+    fig.suptitle(f"F.linear, bf16 autocast: {env.get('gpu', '')} {env.get('date', '')[:10]}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return f"plot: {path}"
+
+
+def linear_speedups(doc: dict) -> dict[tuple, list[tuple[int, float]]]:
+    """{((N, K), mode): [(M, speedup over stock default)]} for the ok results."""
+    series: dict[tuple, list[tuple[int, float]]] = defaultdict(list)
+    for case in doc["results"]:
+        if case["workload"] != "linear":
+            continue
+        p = case["params"]
+        for mode, result in case["modes"].items():
+            value = result.get("speedup", {}).get("stock")
+            if mode != "stock" and value is not None:
+                series[((p["N"], p["K"]), mode)].append((p["M"], value))
+    return dict(series)

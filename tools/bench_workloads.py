@@ -1,0 +1,252 @@
+"""What tools/bench.py measures: the workloads, their shapes, and the modes they run in.
+
+Each ``Case`` is one workload at one shape: the eager function, how to draw its
+random inputs, and its two numbers counted before any run (the FLOPs of its matrix
+products, and its fewest bytes: each input read once, each output written once).
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import Callable, Iterator
+
+import torch
+import torch.nn.functional as F
+
+BF16, FP32 = torch.bfloat16, torch.float32
+
+
+# -- modes ------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Mode:
+    name: str
+    short: str  # column header
+    compile_mode: str | None = None  # torch.compile mode; None runs eagerly
+    overlays: bool = False
+    addmm_activation: bool = False  # the cuBLASLt GELU epilogue instead of case.fn
+
+    @property
+    def max_autotune(self) -> bool:
+        return (self.compile_mode or "").startswith("max-autotune")
+
+
+# "max-autotune-no-cudagraphs": CUDA graphs would change the host overhead, not the
+# kernels, and would replay into static buffers that the rotated inputs bypass.
+MAX_AUTOTUNE = "max-autotune-no-cudagraphs"
+MODES: dict[str, Mode] = {m.name: m for m in (
+    Mode("eager", "eager"),
+    Mode("stock", "stock", "default"),
+    Mode("stock-max-autotune", "stock MA", MAX_AUTOTUNE),
+    Mode("overlay", "overlay", "default", overlays=True),
+    Mode("overlay-max-autotune", "overlay MA", MAX_AUTOTUNE, overlays=True),
+    Mode("addmm-activation", "addmm_act", addmm_activation=True),
+)}
+STOCK_MODES = ("stock", "stock-max-autotune")
+
+
+# -- cases ------------------------------------------------------------------------
+
+# rand(shape, dtype, scale) -> tensor: random normal data on the device under test
+Rand = Callable[..., torch.Tensor]
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    workload: str
+    label: str  # shape and variant, e.g. "bf16 tanh 4096x4096x4096"
+    params: dict
+    dtype: torch.dtype  # precision of the arithmetic: sets the error tolerance
+    flops: int  # of the matrix products; 0 for pointwise work
+    bytes: int  # fewest bytes: inputs read once, outputs written once
+    make_inputs: Callable[[Rand], tuple[torch.Tensor, ...]]
+    fn: Callable[..., torch.Tensor]
+    train: bool = False  # the step is forward + backward; the last input is grad_out
+    addmm_activation: Callable[..., torch.Tensor] | None = None
+    required_max_autotune: bool = False  # in the issue's shape sets: max-autotune by default
+
+    @property
+    def id(self) -> str:
+        return f"{self.workload}/{self.label}"
+
+    def step(self, f: Callable[..., torch.Tensor]) -> Callable[..., tuple[torch.Tensor, ...]]:
+        """The timed call around ``f`` (case.fn, compiled or not): outputs as a tuple."""
+        return functools.partial(train_step if self.train else inference_step, f)
+
+
+def inference_step(f, *inputs):
+    with torch.no_grad():
+        return (f(*inputs),)
+
+
+def train_step(f, *inputs):
+    # autograd.grad rather than .backward(): nothing accumulates into .grad between calls
+    *args, grad_out = inputs
+    out = f(*args)
+    return (out.detach(), *torch.autograd.grad(out, args, grad_out))
+
+
+def nbytes(dtype: torch.dtype, *shapes: tuple[int, ...]) -> int:
+    return sum(math.prod(s) for s in shapes) * dtype.itemsize
+
+
+def io_bytes(*tensor_groups) -> int:
+    """Bytes of the tensors given: what the declared ``Case.bytes`` must equal."""
+    return sum(t.nbytes for group in tensor_groups for t in group)
+
+
+# -- the eager functions ----------------------------------------------------------
+
+def autocast_bf16(f):
+    """``f`` run under bf16 autocast: fp32 inputs, bf16 matrix products."""
+    def autocast_fn(*args):
+        with torch.autocast("cuda", dtype=BF16):
+            return f(*args)
+    return autocast_fn
+
+
+def linear(x, w):
+    return F.linear(x, w)
+
+
+def gelu_linear_add(x, w, b, r, approximate):
+    return F.gelu(F.linear(x, w, b), approximate=approximate) + r
+
+
+def addmm_gelu_add(x, w, b, r):
+    # cuBLASLt's GELU epilogue is the tanh approximation; the casts are autocast's
+    return torch._addmm_activation(b.to(BF16), x.to(BF16), w.to(BF16).t(), use_gelu=True) + r
+
+
+def gelu_add(x, r, approximate):
+    return F.gelu(x, approximate=approximate) + r
+
+
+def mlp_block(x, w1, b1, w2, b2):
+    """x + fc2(gelu(fc1(x))): a GPT-style transformer MLP with its residual."""
+    return x + F.linear(F.gelu(F.linear(x, w1, b1), approximate="tanh"), w2, b2)
+
+
+# -- the workloads and their shapes -----------------------------------------------
+
+# the tensorcore_mm issue's shape set: decode (M <= 16) to prefill and square
+TENSORCORE_MM_SHAPES = [(m, 4096, 4096) for m in (1, 16, 128, 1024, 2048, 4096)] + [
+    (16, 11008, 4096), (2048, 11008, 4096), (8192, 8192, 8192)]
+# Llama-2-7B's fused qkv (4096 -> 12288) and down projection (11008 -> 4096),
+# decode at batch 16 and prefill of 2048 tokens
+LLM_SHAPES = [(16, 12288, 4096), (2048, 12288, 4096), (16, 4096, 11008), (2048, 4096, 11008)]
+GELU_LINEAR_SHAPES = [(8192, 4096, 1024), (4096, 4096, 4096), (2048, 16384, 4096)]
+POINTWISE_SIZES = {"1M": 1 << 20, "64M": 1 << 26}
+# (tokens, hidden, ffn): a small model at 8k tokens, a 6.7B-class layer at 4k
+MLP_SHAPES = [(8192, 1024, 4096), (4096, 4096, 16384)]
+
+
+def linear_cases() -> Iterator[Case]:
+    for M, N, K in TENSORCORE_MM_SHAPES + LLM_SHAPES:
+        yield Case(
+            "linear", f"{M}x{N}x{K}", dict(M=M, N=N, K=K), BF16,
+            flops=2 * M * N * K,
+            bytes=nbytes(FP32, (M, K), (N, K)) + nbytes(BF16, (M, N)),
+            make_inputs=lambda rand, M=M, N=N, K=K: (
+                rand((M, K), FP32), rand((N, K), FP32, K ** -0.5)),
+            fn=autocast_bf16(linear),
+            required_max_autotune=(M, N, K) in TENSORCORE_MM_SHAPES,
+        )
+
+
+def gelu_linear_cases() -> Iterator[Case]:
+    for variant, in_dtype in (("bf16", BF16), ("autocast", FP32)):
+        for approximate in ("tanh", "none"):
+            for M, N, K in GELU_LINEAR_SHAPES:
+                fn = functools.partial(gelu_linear_add, approximate=approximate)
+                # bf16 + fp32 residual promotes: the autocast output is fp32
+                yield Case(
+                    "gelu_linear", f"{variant} {approximate} {M}x{N}x{K}",
+                    dict(M=M, N=N, K=K, variant=variant, approximate=approximate), BF16,
+                    flops=2 * M * N * K,
+                    bytes=nbytes(in_dtype, (M, K), (N, K), (N,), (M, N), (M, N)),
+                    make_inputs=lambda rand, M=M, N=N, K=K, dt=in_dtype: (
+                        rand((M, K), dt), rand((N, K), dt, K ** -0.5),
+                        rand((N,), dt, 0.1), rand((M, N), dt)),
+                    fn=autocast_bf16(fn) if variant == "autocast" else fn,
+                    addmm_activation=addmm_gelu_add if approximate == "tanh" else None,
+                    required_max_autotune=approximate == "tanh" and variant == "bf16",
+                )
+
+
+def pointwise_cases() -> Iterator[Case]:
+    for dtype in (FP32, BF16):
+        for approximate in ("tanh", "none"):
+            for size, n in POINTWISE_SIZES.items():
+                yield Case(
+                    "pointwise", f"{str(dtype).removeprefix('torch.')} {approximate} {size}",
+                    dict(n=n, dtype=str(dtype), approximate=approximate), dtype,
+                    flops=0,
+                    bytes=nbytes(dtype, (n,), (n,), (n,)),
+                    make_inputs=lambda rand, n=n, dt=dtype: (rand((n,), dt), rand((n,), dt)),
+                    fn=functools.partial(gelu_add, approximate=approximate),
+                )
+
+
+def mlp_cases() -> Iterator[Case]:
+    for train in (False, True):
+        for T, H, Fd in MLP_SHAPES:
+            param_shapes = ((Fd, H), (Fd,), (H, Fd), (H,))
+            # forward + backward: three products per linear instead of one
+            flops = (3 if train else 1) * 2 * (2 * T * H * Fd)
+            step_bytes = nbytes(FP32, (T, H), *param_shapes, (T, H))  # x, params, out
+            yield Case(
+                "mlp", f"{'fwd+bwd' if train else 'fwd'} {T}x{H}x{Fd}",
+                dict(tokens=T, hidden=H, ffn=Fd, train=train), BF16,
+                flops=flops,
+                # training also reads grad_out and writes a gradient per input
+                bytes=2 * step_bytes if train else step_bytes,
+                make_inputs=functools.partial(mlp_inputs, T=T, H=H, Fd=Fd, train=train),
+                fn=autocast_bf16(mlp_block),
+                train=train,
+                required_max_autotune=train and (T, H, Fd) == MLP_SHAPES[0],
+            )
+
+
+def mlp_inputs(rand: Rand, T: int, H: int, Fd: int, train: bool) -> tuple[torch.Tensor, ...]:
+    inputs = (rand((T, H), FP32), rand((Fd, H), FP32, H ** -0.5), rand((Fd,), FP32, 0.1),
+              rand((H, Fd), FP32, Fd ** -0.5), rand((H,), FP32, 0.1))
+    if not train:
+        return inputs
+    return (*(t.requires_grad_() for t in inputs), rand((T, H), FP32))
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    title: str
+    notes: str  # what the shapes and variants are, for the report
+    cases: Callable[[], Iterator[Case]]
+
+
+WORKLOADS: dict[str, Workload] = {
+    "linear": Workload(
+        "F.linear under bf16 autocast, fp32 x and w",
+        "x is [M, K], w is [N, K], no bias; (M, N, K) is the tensorcore_mm set (M from 1 to "
+        "4096 at 4096x4096, the 11008 projection, 8192 cubed) and Llama-2-7B's fused qkv and "
+        "down projections at decode (M=16) and prefill (M=2048).",
+        linear_cases),
+    "gelu_linear": Workload(
+        "gelu(F.linear(x, w, b)) + r, bf16 and under bf16 autocast",
+        "*bf16*: every tensor bf16; *autocast*: fp32 tensors under bf16 autocast (the output "
+        "is fp32). GELU tanh and exact (*none*); *addmm_act* computes the tanh one only.",
+        gelu_linear_cases),
+    "pointwise": Workload(
+        "gelu(x) + r, pointwise",
+        "1M and 64M elements, fp32 and bf16, GELU tanh and exact (*none*).",
+        pointwise_cases),
+    "mlp": Workload(
+        "x + fc2(gelu(fc1(x))) under bf16 autocast, forward and forward + backward",
+        "tokens x hidden x ffn, fp32 parameters; *fwd* runs under no_grad, *fwd+bwd* is the "
+        "forward and torch.autograd.grad of x and every parameter.",
+        mlp_cases),
+}
+
+
+def all_cases(workloads: list[str] | None = None) -> list[Case]:
+    return [c for name in (workloads or WORKLOADS) for c in WORKLOADS[name].cases()]
