@@ -356,7 +356,7 @@ class TestCommandLine(TestCase):
         self.assertGreater(row["stock_s"], 0)
         self.assertGreater(row["overlay_s"], 0)
         self.assertIs(row["code_differs"], False)  # no overlay selected: the same code
-        self.assertIn("overlay / stock", out)
+        self.assertIn("overlay s / stock s", out)
 
     @unittest.skipUnless(torch.cuda.is_available(), "needs a GPU")
     def test_quick_run_on_gpu(self):

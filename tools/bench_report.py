@@ -217,7 +217,7 @@ def terminal_summary(doc: dict) -> str:
 
 
 def compile_only_table(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
-    headers = ["workload", "case", "stock s", "overlay s", "overlay / stock", "code differs"]
+    headers = ["workload", "case", "stock s", "overlay s", "overlay s / stock s", "code differs"]
     return headers, [[r["workload"], r["label"], number(r.get("stock_s"), "compile_s"),
                       number(r.get("overlay_s"), "compile_s"),
                       number(ratio(r.get("overlay_s"), r.get("stock_s"))),
