@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import pathlib
-from typing import Any, Callable
+from typing import Any
 
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
@@ -32,25 +32,21 @@ def overlay_source_digest() -> str:
 
 
 class OverlayGraphPass(CustomGraphPass):
-    def __init__(
-        self,
-        stage: str,
-        previous: Any,
-        active_passes: Callable[[str], list[Callable[[Any], None]]],
-        active_names: Callable[[], list[str]],
-    ) -> None:
+    def __init__(self, stage: str, previous: Any) -> None:
         self.stage = stage
         self.previous = previous
-        self._active_passes = active_passes
-        self._active_names = active_names
 
     def __call__(self, graph: Any) -> None:
-        for graph_pass in self._active_passes(self.stage):
+        from ._registry import REGISTRY
+
+        for graph_pass in REGISTRY.active_passes(self.stage):
             graph_pass(graph)
         if self.previous is not None:
             self.previous(graph)
 
     def uuid(self) -> Any:
+        from ._registry import REGISTRY
+
         previous_uuid = None
         if self.previous is not None:
             if not hasattr(self.previous, "uuid"):
@@ -58,5 +54,9 @@ class OverlayGraphPass(CustomGraphPass):
             previous_uuid = self.previous.uuid()
             if previous_uuid is None:
                 return None
-        key = (self.stage, overlay_source_digest(), tuple(sorted(self._active_names())), previous_uuid)
+        key = (self.stage, overlay_source_digest(), tuple(sorted(REGISTRY.enabled())), previous_uuid)
         return hashlib.sha256(repr(key).encode()).hexdigest()
+
+    def __deepcopy__(self, memo: dict) -> "OverlayGraphPass":
+        # Inductor copies its config; the pass holds no per-compile state
+        return self

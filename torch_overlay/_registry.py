@@ -269,7 +269,7 @@ class Registry:
                 original = getattr(inductor_config, attr)
                 self._pass_originals[attr] = original
                 setattr(inductor_config, attr,
-                        OverlayGraphPass(stage, original, self.active_passes, self.enabled))
+                        OverlayGraphPass(stage, original))
         elif not self._active and self._pass_originals:
             for _, attr in self._PASS_HOOKS:
                 setattr(inductor_config, attr, self._pass_originals.pop(attr))

@@ -84,7 +84,8 @@ def get_code(
     ):
         cuda_args = [to_cuda(a) for a in args]
         cuda_kwargs = {k: to_cuda(v) for k, v in kwargs.items()}
-        return inductor_get_code(fn, *cuda_args, **cuda_kwargs)
+        # upstream appends an empty kernel module for graphs of extern kernels only
+        return [code for code in inductor_get_code(fn, *cuda_args, **cuda_kwargs) if code]
 
 
 def _like(t: torch.Tensor, device: str) -> torch.Tensor:

@@ -1,0 +1,46 @@
+# Owner(s): ["module: inductor"]
+"""Inductor's FX graph and AOTAutograd caches never serve code of another overlay state."""
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+
+from torch._inductor.test_case import run_tests, TestCase
+
+WORKER = pathlib.Path(__file__).with_name("cache_safety_worker.py")
+
+
+class TestCacheSafety(TestCase):
+    def run_worker(self, cache_dir, state, *flags):
+        env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache_dir,
+                   TORCHINDUCTOR_FX_GRAPH_CACHE="1", TORCHINDUCTOR_AUTOGRAD_CACHE="1")
+        env.pop("TORCH_OVERLAY_DISABLE", None)
+        out = subprocess.run([sys.executable, str(WORKER), state, *flags], env=env,
+                             capture_output=True, text=True, timeout=300)
+        self.assertEqual(out.returncode, 0, out.stderr[-3000:])
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    def test_on_off_on_each_gets_its_own_code(self):
+        with tempfile.TemporaryDirectory() as cache_dir:
+            first = self.run_worker(cache_dir, "on")
+            self.assertTrue(first["cos"], first)
+            self.assertEqual(first["fx_hits"], 0)
+            off = self.run_worker(cache_dir, "off")
+            self.assertTrue(off["sin"], off)  # not the cached overlay code
+            again = self.run_worker(cache_dir, "on")
+            self.assertTrue(again["cos"], again)
+            # the cache still works within one state
+            self.assertGreater(again["fx_hits"] + again["aot_hits"], 0, again)
+
+    def test_control_without_cache_key_is_served_stale_code(self):
+        # proves the test above can fail: a bare lowering patch is invisible to the key
+        with tempfile.TemporaryDirectory() as cache_dir:
+            self.assertTrue(self.run_worker(cache_dir, "on", "--unsafe")["cos"])
+            stale = self.run_worker(cache_dir, "off", "--unsafe")
+            self.assertTrue(stale["cos"], stale)
+
+
+if __name__ == "__main__":
+    run_tests()
