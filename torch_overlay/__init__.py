@@ -25,7 +25,9 @@ __version__ = "0.1.0"
 log = logging.getLogger("torch_overlay")
 
 # One module per overlay, at the path of the upstream module it would become.
-OVERLAY_MODULES: tuple[str, ...] = ()
+OVERLAY_MODULES: tuple[str, ...] = (
+    "torch_overlay._inductor.fx_passes.gelu_add",
+)
 
 SUPPORTED_TORCH = ("2.11",)
 

@@ -1,0 +1,1 @@
+"""Overlays of torch/_inductor/fx_passes."""
