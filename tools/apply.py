@@ -20,6 +20,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import textwrap
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 PTH_NAME = "torch_overlay.pth"
@@ -106,18 +107,20 @@ def cmd_remove() -> int:
 
 
 def cmd_status(names: list[str] | None, force: bool) -> int:
-    # A fresh interpreter shows what a user's process gets (the .pth hook included).
-    code = (
-        "import torch._inductor.compile_fx, torch_overlay, torch_overlay._autoload as a\n"
-        "import sys\n"
-        "a.install() if 'run' in sys.argv else None\n"
-        "print(torch_overlay.status())\n"
-        "pth = __import__('pathlib').Path(__import__('sysconfig').get_paths()['purelib'], "
-        f"{PTH_NAME!r})\n"
-        "print(f\"activation hook: {'installed at ' + str(pth) if pth.exists() else 'not installed'}\")\n"
-    )
-    args = [sys.executable, "-c", code] + (["run"] if names or force else [])
-    return subprocess.call(args, env=overlay_env(names, force))
+    # A fresh interpreter shows what a user's process gets, the .pth hook included.
+    pth = site_packages() / PTH_NAME
+    code = textwrap.dedent(f"""
+        import pathlib, torch._inductor.compile_fx, torch_overlay
+        if {bool(names or force)!r}:
+            try:
+                torch_overlay.enable()
+            except torch_overlay.OverlayError as e:
+                print(e)
+        print(torch_overlay.status())
+        pth = pathlib.Path({str(pth)!r})
+        print("activation hook: " + (f"installed at {{pth}}" if pth.exists() else "not installed"))
+    """)
+    return subprocess.call([sys.executable, "-c", code], env=overlay_env(names, force))
 
 
 def cmd_run(names: list[str] | None, force: bool, command: list[str]) -> int:
