@@ -27,6 +27,7 @@ log = logging.getLogger("torch_overlay")
 # One module per overlay, at the path of the upstream module it would become.
 OVERLAY_MODULES: tuple[str, ...] = (
     "torch_overlay._inductor.fx_passes.gelu_add",
+    "torch_overlay._inductor.fx_passes.matmul_meta",
 )
 
 SUPPORTED_TORCH = ("2.11",)
