@@ -28,6 +28,7 @@ log = logging.getLogger("torch_overlay")
 OVERLAY_MODULES: tuple[str, ...] = (
     "torch_overlay._inductor.fx_passes.gelu_add",
     "torch_overlay._inductor.fx_passes.matmul_meta",
+    "torch_overlay._inductor.kernel.mm_tensorcore",
 )
 
 SUPPORTED_TORCH = ("2.11",)

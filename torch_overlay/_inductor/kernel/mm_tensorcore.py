@@ -176,17 +176,23 @@ class _Source:
         return x
 
 
-def _lowered(node: torch.fx.Node) -> Any:
-    """The IR GraphLowering made of ``node``, if it still holds it.
+def _lowered(node: torch.fx.Node, depth: int = 0) -> Any:
+    """The IR GraphLowering made of ``node``, if still reachable.
 
-    The fx Interpreter drops a value after its last use (the cast, here); graph
-    inputs stay reachable by name.
+    The fx Interpreter drops a value after its last use (here the cast): graph
+    inputs stay reachable by name, and a view (``cast(w.t())``) is re-applied to
+    the IR of its input.
     """
     env = V.graph.env
     if node in env:
         return env[node]
     if node.op == "placeholder":
         return V.graph.graph_inputs.get(node.target)
+    if (depth < 8 and node.op == "call_function" and node.target in _VIEW_OPS
+            and isinstance(node.args[0], torch.fx.Node)):
+        inner = _lowered(node.args[0], depth + 1)
+        if inner is not None:
+            return lowerings[node.target](inner, *node.args[1:], **node.kwargs)
     return None
 
 

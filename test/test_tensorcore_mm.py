@@ -1,0 +1,767 @@
+# Owner(s): ["module: inductor"]
+"""The tensorcore_mm overlay: autocast matmuls of fp32 tensors cast in registers.
+
+Runs here without a GPU: the cost model and configs as plain Python, the generated
+CUDA code through the GPU-free harness (``get_code(..., gpu="h200")``: goldens and
+structure), the template's shared memory and registers by compiling it for sm_90
+with Triton (no device needed), and its values by running the generated kernel in
+Triton's interpreter on the CPU. The CUDA tests run on a GPU machine:
+``pytest test/test_tensorcore_mm.py -k GPU``; tools/check_tensorcore_mm.py measures.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import tempfile
+import unittest
+from unittest import mock
+
+import torch
+import torch._functorch.config as functorch_config
+import torch.nn.functional as F
+from torch._dynamo.utils import counters
+from torch._inductor import config as inductor_config
+from torch._inductor.test_case import TestCase, run_tests
+from torch._inductor.utils import run_and_get_code
+from torch.testing import FileCheck
+from torch.testing._internal.common_utils import instantiate_parametrized_tests, parametrize
+from torch.testing._internal.inductor_utils import GPU_TYPE, HAS_GPU
+
+import torch_overlay
+from torch_overlay._inductor.kernel import mm_tensorcore
+from torch_overlay._inductor.template_heuristics import tensorcore_mm as heuristics
+from torch_overlay.testing import get_code
+from torch_overlay.testing.golden import GoldenMixin
+from torch_overlay.testing.gpu_profiles import get_profile
+
+HAS_CUDA_GPU = HAS_GPU and GPU_TYPE == "cuda"
+requires_cuda_gpu = unittest.skipUnless(HAS_CUDA_GPU, "needs a CUDA GPU")
+
+BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
+H200 = heuristics.device_model(get_profile("h200"))
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def linear(dtype=BF16):
+    """F.linear under autocast: aten.addmm(bias, x, permute(w)) with a bias, else mm."""
+
+    def fn(x, w, b=None):
+        with torch.autocast("cuda", dtype=dtype):
+            return F.linear(x, w, b)
+
+    return fn
+
+
+def matmul_op(op, dtype=BF16):
+    """One aten matmul under autocast, its weight (mat2) given as [N, K] and transposed."""
+
+    def fn(*args):
+        with torch.autocast("cuda", dtype=dtype):
+            if op == "mm":
+                x, w = args
+                return x @ w.t()
+            if op == "addmm":
+                b, x, w = args
+                return torch.addmm(b, x, w.t(), beta=0.5, alpha=2.0)
+            if op == "bmm":
+                x, w = args
+                return torch.bmm(x, w.transpose(1, 2))
+            c, x, w = args
+            return torch.baddbmm(c, x, w.transpose(1, 2), beta=0.5, alpha=2.0)
+
+    return fn
+
+
+def matmul_inputs(op, m, n, k, batch=3, seed=0, device="cpu"):
+    g = torch.Generator().manual_seed(seed)
+    lead = (batch,) if op in ("bmm", "baddbmm") else ()
+    x = torch.randn(*lead, m, k, generator=g)
+    w = torch.randn(*lead, n, k, generator=g) / k**0.5
+    if op in ("addmm", "baddbmm"):
+        bias = torch.randn(*lead, m, n, generator=g) if op == "baddbmm" else torch.randn(n, generator=g)
+        return [t.to(device) for t in (bias, x, w)]
+    return [t.to(device) for t in (x, w)]
+
+
+def template_kernels(code: list[str]) -> list[str]:
+    return re.findall(r"(triton_tem_fused_\w+?_\d+)\.run\(", "\n".join(code))
+
+
+def cast_kernels(code: list[str]) -> list[str]:
+    return re.findall(r"(triton_poi_fused__to_copy_\d+)\.run\(", "\n".join(code))
+
+
+def kernel_source(code: list[str], name: str) -> str:
+    m = re.search(rf"async_compile\.triton\('{name}', '''(.*?)''', device_str='cuda'\)",
+                  "\n".join(code), re.S)
+    assert m is not None, name
+    return m.group(1)
+
+
+def comparable(code: list[str]) -> str:
+    """Code without what differs between two compiles of the same thing (and without
+    matmul_meta's comment lines, there only when the overlays are on)."""
+    from torch_overlay.testing.golden import normalize
+
+    text = re.sub(r"# AOT ID: \['\d+_", "# AOT ID: ['", normalize(code))
+    return re.sub(r"\n *# matmul_meta: [^\n]*", "", text)
+
+
+@contextlib.contextmanager
+def tolerate_dynamic_outputs():
+    # get_code's stand-in module returns None; AOTAutograd then marks dynamic dims on it
+    from torch._functorch._aot_autograd import runtime_wrappers
+
+    original = runtime_wrappers.maybe_mark_dynamic_helper
+    with mock.patch.object(runtime_wrappers, "maybe_mark_dynamic_helper",
+                           lambda t, dims: None if t is None else original(t, dims)):
+        yield
+
+
+class TensorCoreMMTestCase(GoldenMixin, TestCase):
+    def setUp(self):
+        super().setUp()
+        torch_overlay.disable()
+        counters.clear()
+        self._config = inductor_config.patch(
+            # the GPU-free harness cannot benchmark pad_mm's padding; real GPUs pad
+            # only compute-bound shapes, which the cost model leaves to the stock path
+            shape_padding=False,
+            benchmark_epilogue_fusion=False,
+        )
+        self._config.__enter__()
+        os.environ["TORCH_OVERLAY_STRICT"] = "1"
+
+    def tearDown(self):
+        os.environ.pop("TORCH_OVERLAY_STRICT", None)
+        self._config.__exit__(None, None, None)
+        torch_overlay.disable()
+        super().tearDown()
+
+    @property
+    def counts(self):
+        return counters["torch_overlay"]
+
+    def cuda_code(self, fn, *inputs, overlay=True, dynamic=None, strict=True):
+        """Generated CUDA code for the H200 (GPU-free here), overlay on or off."""
+        torch._dynamo.reset()
+        counters.clear()
+        if overlay:
+            torch_overlay.enable(["tensorcore_mm"])
+        if not strict:
+            os.environ.pop("TORCH_OVERLAY_STRICT", None)
+        try:
+            with tolerate_dynamic_outputs():
+                return get_code(torch.compile(fn, dynamic=dynamic), *inputs, gpu="h200")
+        finally:
+            torch_overlay.disable()
+
+    def assertTemplate(self, code, kernels=1):
+        self.assertEqual(len(template_kernels(code)), kernels, "\n".join(code))
+        self.assertEqual(cast_kernels(code), [], "a cast kernel survived")
+        self.assertEqual(self.counts["tensorcore_mm_template"], kernels)
+
+    def assertStock(self, code, reason):
+        self.assertEqual(template_kernels(code), [])
+        self.assertEqual(self.counts["tensorcore_mm_template"], 0)
+        self.assertGreaterEqual(self.counts[reason], 1, dict(self.counts))
+
+
+class TestCostModel(TestCase):
+    """The plan and configs, from shapes alone: no compile."""
+
+    @staticmethod
+    def linear_problem(m, n, k, x_castable=True, w_castable=True):
+        op = heuristics.Operand
+        return heuristics.Problem("addmm", 1, m, n, k, op(m * k, True, not x_castable),
+                                  op(k * n, True, not w_castable), op(n, True))
+
+    @parametrize("mnk", [(1, 4096, 4096), (16, 4096, 4096), (128, 4096, 4096), (16, 11008, 4096)],
+                 name_fn=lambda mnk: "x".join(map(str, mnk)))
+    def test_decode_and_prefill_take_the_template(self, mnk):
+        plan = heuristics.plan(self.linear_problem(*mnk), H200)
+        self.assertEqual(plan.path, "template", plan.describe())
+        self.assertTrue(plan.fused_b, "the fp32 weight is what the template saves a cast of")
+        self.assertTrue(plan.fused_bias)
+
+    @parametrize("mnk", [(1024, 4096, 4096), (2048, 4096, 4096), (4096, 4096, 4096),
+                         (2048, 11008, 4096), (8192, 8192, 8192)],
+                 name_fn=lambda mnk: "x".join(map(str, mnk)))
+    def test_compute_bound_shapes_keep_stock(self, mnk):
+        plan = heuristics.plan(self.linear_problem(*mnk), H200)
+        self.assertEqual(plan.path, "stock", plan.describe())
+
+    def test_decode_grid_fills_the_sms(self):
+        plan = heuristics.plan(self.linear_problem(16, 4096, 4096), H200)
+        cfg = plan.config
+        self.assertEqual((cfg.BLOCK_M, cfg.BLOCK_N), (16, 32))
+        tiles = -(-16 // cfg.BLOCK_M) * -(-4096 // cfg.BLOCK_N)
+        self.assertGreaterEqual(tiles, 0.9 * H200.sm_count)
+
+    def test_a_shared_cast_is_not_fused(self):
+        # the bf16 weight is needed elsewhere (e.g. saved for backward): it is read, not re-cast
+        plan = heuristics.plan(self.linear_problem(16, 4096, 4096, w_castable=False), H200)
+        self.assertFalse(plan.fused_b)
+        self.assertNotIn("template[b]", [p.label for p in plan.predictions])
+        self.assertNotIn("template[a,b]", [p.label for p in plan.predictions])
+
+    def test_per_operand_choice_at_prefill(self):
+        # M=128: the weight cast is fused whatever is done with x
+        plan = heuristics.plan(self.linear_problem(128, 4096, 4096), H200)
+        self.assertTrue(plan.fused_b)
+        preds = {p.label: p.seconds for p in plan.predictions}
+        self.assertLess(preds["template[b]"], preds["template[a]"])
+
+    @parametrize("gpu", ["h200", "h100", "a100"])
+    def test_every_config_fits_shared_memory(self, gpu):
+        dev = heuristics.device_model(get_profile(gpu))
+        for m in (1, 16, 37, 128, 200, 1024, 4096):
+            for fused in ((True, True), (False, True), (True, False)):
+                p = self.linear_problem(m, 4096, 4096)
+                configs = heuristics.select_configs(p, dev, *fused, exhaustive=True)
+                self.assertTrue(configs, (gpu, m, fused))
+                for cfg in configs:
+                    size = lambda f: 4 if f else 2  # noqa: E731
+                    self.assertLessEqual(cfg.smem_bytes(size(fused[0]), size(fused[1])),
+                                         dev.smem_per_block, (gpu, m, fused, cfg))
+                    self.assertGreaterEqual(min(cfg.BLOCK_M, cfg.BLOCK_N, cfg.BLOCK_K), 16)
+
+    def test_too_little_shared_memory_keeps_stock(self):
+        import dataclasses
+
+        tiny = dataclasses.replace(H200, smem_per_block=16 * 1024)
+        plan = heuristics.plan(self.linear_problem(16, 4096, 4096), tiny)
+        self.assertEqual(plan.path, "stock")
+        self.assertTrue(plan.reason.startswith("smem"), plan.reason)
+
+    def test_pre_ampere_has_no_model(self):
+        class T4:
+            name, major, minor, multi_processor_count = "Tesla T4", 7, 5, 40
+            shared_memory_per_block_optin = 65536
+
+        self.assertIsNone(heuristics.device_model(T4))
+
+
+class TestTensorCoreMMCodegen(TensorCoreMMTestCase):
+    """Generated code, GPU-free, for the H200."""
+
+    def test_golden_decode(self):
+        # M=16: one template kernel reads fp32 x, w and bias; no cast kernel
+        code = self.cuda_code(linear(), torch.randn(16, 4096), torch.randn(4096, 4096),
+                              torch.randn(4096))
+        self.assertTemplate(code)
+        self.assertExpectedCode(code)
+
+    def test_golden_decode_epilogue(self):
+        # gelu(F.linear) + residual fused as the template's epilogue, on the rounded value
+        def fn(x, w, b, r):
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                return F.gelu(F.linear(x, w, b), approximate="tanh") + r
+
+        code = self.cuda_code(fn, torch.randn(16, 4096), torch.randn(4096, 4096),
+                              torch.randn(4096), torch.randn(16, 4096))
+        self.assertTemplate(code)
+        self.assertExpectedCode(code)
+
+    def test_golden_prefill(self):
+        code = self.cuda_code(linear(), torch.randn(128, 4096), torch.randn(4096, 4096),
+                              torch.randn(4096))
+        self.assertTemplate(code)
+        self.assertExpectedCode(code)
+
+    def test_golden_prefill_epilogue(self):
+        def fn(x, w, b):
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                return F.relu(F.linear(x, w, b)) * 2.0
+
+        code = self.cuda_code(fn, torch.randn(128, 4096), torch.randn(4096, 4096),
+                              torch.randn(4096))
+        self.assertTemplate(code)
+        self.assertExpectedCode(code)
+
+    def test_golden_stock_kept(self):
+        # M=4096 is compute-bound: separate casts and cuBLAS, as stock
+        code = self.cuda_code(linear(), torch.randn(4096, 4096), torch.randn(4096, 4096))
+        self.assertStock(code, "tensorcore_mm_stock:cost_model")
+        self.assertEqual(len(cast_kernels(code)), 2)
+        self.assertExpectedCode(code)
+
+    def test_golden_dynamic_m(self):
+        def fn(x, w, b):
+            torch._dynamo.mark_dynamic(x, 0)
+            return torch.compile(linear())(x, w, b)
+
+        torch._dynamo.reset()
+        torch_overlay.enable(["tensorcore_mm"])
+        try:
+            with tolerate_dynamic_outputs():
+                code = get_code(fn, torch.randn(16, 4096), torch.randn(4096, 4096),
+                                torch.randn(4096), gpu="h200")
+        finally:
+            torch_overlay.disable()
+        self.assertTemplate(code)
+        src = kernel_source(code, template_kernels(code)[0])
+        self.assertRegex(src, r"\n    M = ks0\n")  # M symbolic, N and K static
+        self.assertRegex(src, r"\n    N = 4096\n")
+        self.assertExpectedCode(code)
+
+    def test_epilogue_reads_the_rounded_value(self):
+        def fn(x, w, b):
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                return F.gelu(F.linear(x, w, b))
+
+        code = self.cuda_code(fn, torch.randn(16, 512), torch.randn(256, 512), torch.randn(256))
+        self.assertTemplate(code)
+        src = kernel_source(code, template_kernels(code)[0])
+        m = re.search(r"(tmp\d+) = acc \+ (tmp\d+)\n\s+(tmp\d+) = \1\.to\(tl\.bfloat16\)\n"
+                      r"\s+(tmp\d+) = \3\.to\(tl\.float32\)\n", src)
+        self.assertIsNotNone(m, src)
+        # the bias as autocast casts it: rounded to bf16 first
+        self.assertRegex(src, rf"{m.group(2)} = tmp\d+\.to\(tl\.float32\)")
+        tail = src[m.end():]
+        self.assertNotIn("acc", tail, "an epilogue reads the unrounded accumulator")
+        FileCheck().check(f"{m.group(4)}").check("libdevice.erf").check("tl.store").run(tail)
+
+    @parametrize("op", ["mm", "addmm", "bmm", "baddbmm"])
+    @parametrize("dtype", [BF16, FP16], name_fn=dtype_name)
+    def test_ops(self, op, dtype):
+        code = self.cuda_code(matmul_op(op, dtype), *matmul_inputs(op, 16, 64, 96))
+        self.assertTemplate(code)
+        src = kernel_source(code, template_kernels(code)[0])
+        self.assertIn(f"DOT_DTYPE : tl.constexpr = tl.{dtype_name(dtype)}", src)
+        self.assertIn(f"BATCHED : tl.constexpr = {op in ('bmm', 'baddbmm')}", src)
+        if op in ("addmm", "baddbmm"):  # alpha and beta in the epilogue, before the rounding
+            FileCheck().check("tl.full([1], 2.0").check("= acc * ").check(
+                "tl.full([1], 0.5").check(f".to(tl.{dtype_name(dtype)})").run(src)
+
+    @parametrize("mnk", [(1, 4096, 4096), (37, 1001, 999), (5, 17, 33), (64, 8, 7)],
+                 name_fn=lambda mnk: "x".join(map(str, mnk)))
+    def test_odd_shapes(self, mnk):
+        m, n, k = mnk
+        code = self.cuda_code(linear(), torch.randn(m, k), torch.randn(n, k), torch.randn(n))
+        self.assertTemplate(code)
+        src = kernel_source(code, template_kernels(code)[0])
+        even_k = k % int(re.search(r"BLOCK_K : tl.constexpr = (\d+)", src).group(1)) == 0
+        self.assertIn(f"EVEN_K : tl.constexpr = {even_k}", src)
+        if not even_k:
+            self.assertIn("mask=a_mask", src)
+
+    @parametrize("layout", ["w_kn", "w_nk_t", "x_t", "x_3d"])
+    def test_operand_layouts(self, layout):
+        # transposed and permuted operands reach the template as strided fp32 views
+        def fn(x, w):
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                if layout == "w_kn":
+                    return x @ w  # w [K, N] row-major: N contiguous
+                if layout == "w_nk_t":
+                    return x @ w.t()  # F.linear's weight: K contiguous
+                if layout == "x_t":
+                    return x.t() @ w  # x given [K, M]: M contiguous
+                return torch.matmul(x, w.t())  # x [B, S, K] viewed as [B*S, K]
+
+        x = {"x_t": torch.randn(96, 16), "x_3d": torch.randn(2, 8, 96)}.get(layout, torch.randn(16, 96))
+        w = torch.randn(96, 64) if layout in ("w_kn", "x_t") else torch.randn(64, 96)
+        code = self.cuda_code(fn, x, w)
+        self.assertTemplate(code)
+        self.assertIn("'arg_A': '*fp32', 'arg_B': '*fp32'", "\n".join(code))
+
+    def test_a_shared_cast_is_read_not_fused(self):
+        # x's bf16 cast is also an output: the template reads it and fuses only w's cast
+        def fn(x, w):
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                xb = x.to(torch.bfloat16)
+                return F.linear(xb, w) + xb.sum()
+
+        code = self.cuda_code(fn, torch.randn(16, 4096), torch.randn(4096, 4096))
+        self.assertEqual(len(template_kernels(code)), 1)
+        self.assertIn("'arg_A': '*bf16', 'arg_B': '*fp32'", "\n".join(code))
+
+    def test_template_compiles_for_sm90(self):
+        # shared memory within the estimate (else a launch fails on the GPU), no spills
+        cases = [(16, linear()), (128, linear())]
+        for m, fn in cases:
+            code = self.cuda_code(fn, torch.randn(m, 4096), torch.randn(4096, 4096), torch.randn(4096))
+            name = template_kernels(code)[0]
+            src = kernel_source(code, name)
+            report = compile_for_sm90(name, src)
+            cfg = config_of(src)
+            est = cfg.smem_bytes(4, 4)
+            self.assertLessEqual(report["shared"], est, (m, cfg, report))
+            self.assertEqual(report["spill_bytes"], 0, (m, cfg, report))
+            self.assertTrue(report["mma"], "no tensor-core instruction in the PTX")
+
+    def test_max_autotune_adds_configs_and_the_stock_path(self):
+        from torch._inductor.codegen.subgraph import SubgraphChoiceCaller
+        from torch._inductor.select_algorithm import TritonTemplateCaller
+
+        seen = []
+
+        def pick_first(name, choices, *args, **kwargs):
+            seen.append(list(choices))
+            return choices[0].output_node()
+
+        with (inductor_config.patch(max_autotune=True, max_autotune_gemm_backends="TRITON"),
+              mock.patch.object(mm_tensorcore, "autotune_select_algorithm", pick_first)):
+            self.cuda_code(linear(), torch.randn(16, 512), torch.randn(256, 512), torch.randn(256))
+        (choices,) = seen
+        templates = [c for c in choices if isinstance(c, TritonTemplateCaller)]
+        self.assertGreater(len(templates), 1)
+        self.assertTrue(all(c.name.startswith("triton_tensorcore_mm") for c in templates))
+        self.assertEqual(sum(isinstance(c, SubgraphChoiceCaller) for c in choices), 1)
+
+
+class TestTensorCoreMMFallback(TensorCoreMMTestCase):
+    """Everything the template does not take goes to the stock lowering, counted."""
+
+    def test_fp64_under_autocast(self):
+        code = self.cuda_code(linear(), torch.randn(16, 64, dtype=torch.float64),
+                              torch.randn(32, 64, dtype=torch.float64))
+        self.assertStock(code, "tensorcore_mm_fallback:dtype:float64")
+        self.assertIn("extern_kernels.mm(", "\n".join(code))
+
+    def test_integers(self):
+        def fn(x, w):
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                return x @ w
+
+        code = self.cuda_code(fn, torch.randint(0, 9, (16, 64)), torch.randint(0, 9, (64, 32)))
+        self.assertStock(code, "tensorcore_mm_fallback:dtype:int64")
+
+    def test_fp32_outside_autocast(self):
+        # stock path: TF32 exactly as torch.backends.cuda.matmul allows
+        code = self.cuda_code(lambda x, w: F.linear(x, w), torch.randn(16, 64), torch.randn(32, 64))
+        self.assertStock(code, "tensorcore_mm_fallback:not_autocast")
+        stock = self.cuda_code(lambda x, w: F.linear(x, w), torch.randn(16, 64),
+                               torch.randn(32, 64), overlay=False)
+        self.assertEqual(comparable(code), comparable(stock))
+
+    def test_already_16bit(self):
+        # nothing to cast in the kernel (the backward's matmuls look like this)
+        code = self.cuda_code(linear(), torch.randn(16, 64, dtype=BF16), torch.randn(32, 64, dtype=BF16))
+        self.assertStock(code, "tensorcore_mm_stock:no_fp32_operand")
+
+    def test_cpu_autocast_runs_stock(self):
+        def fn(x, w):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                return F.linear(x, w)
+
+        x, w = torch.randn(8, 32), torch.randn(16, 32)
+        torch._dynamo.reset()
+        torch_overlay.enable(["tensorcore_mm"])
+        try:
+            with inductor_config.patch(fx_graph_cache=False):
+                out = torch.compile(fn)(x, w)
+        finally:
+            torch_overlay.disable()
+        self.assertEqual(self.counts["tensorcore_mm_template"], 0)
+        self.assertGreaterEqual(self.counts["tensorcore_mm_fallback:device:cpu"], 1, dict(self.counts))
+        self.assertEqual(out, fn(x, w))
+
+    def test_internal_error(self):
+        with mock.patch.object(heuristics, "plan", side_effect=RuntimeError("boom")):
+            code = self.cuda_code(linear(), torch.randn(16, 64), torch.randn(32, 64), strict=False)
+        self.assertStock(code, "tensorcore_mm_fallback:internal_error")
+        stock = self.cuda_code(linear(), torch.randn(16, 64), torch.randn(32, 64), overlay=False)
+        self.assertEqual(comparable(code), comparable(stock))
+
+    def test_internal_error_raises_when_strict(self):
+        with mock.patch.object(heuristics, "plan", side_effect=RuntimeError("boom")):
+            with self.assertRaisesRegex(Exception, "boom"):
+                self.cuda_code(linear(), torch.randn(16, 64), torch.randn(32, 64))
+
+    def test_config_exceeding_shared_memory(self):
+        import dataclasses
+
+        small = dataclasses.replace(H200, smem_per_block=8 * 1024)
+        with mock.patch.object(heuristics, "device_model", return_value=small):
+            code = self.cuda_code(linear(), torch.randn(16, 4096), torch.randn(4096, 4096))
+        self.assertStock(code, "tensorcore_mm_fallback:smem")
+        self.assertEqual(len(cast_kernels(code)), 2)
+
+    def test_disable_restores_upstream(self):
+        from torch._inductor.kernel.mm import tuned_mm
+        from torch._inductor.lowering import lowerings
+
+        torch_overlay.enable(["tensorcore_mm"])
+        self.assertEqual(getattr(lowerings[torch.ops.aten.mm.default], "_torch_overlay", None),
+                         "tensorcore_mm")
+        torch_overlay.disable()
+        self.assertIs(lowerings[torch.ops.aten.mm.default], tuned_mm)
+
+    def test_status_and_fingerprints(self):
+        (overlay,) = [o for o in torch_overlay.status().overlays if o.name == "tensorcore_mm"]
+        self.assertEqual(overlay.state, "inactive")
+        self.assertTrue(all(c.ok for c in overlay.targets), overlay.targets)
+
+    def test_reimport_keeps_one_template(self):
+        import importlib
+
+        from torch._inductor.select_algorithm import TritonTemplate
+
+        before = TritonTemplate.all_templates["tensorcore_mm"]
+        with mock.patch.dict(sys.modules):
+            importlib.reload(mm_tensorcore)
+        self.assertIs(TritonTemplate.all_templates["tensorcore_mm"], before)
+
+
+class TestTensorCoreMMInterpreter(TensorCoreMMTestCase):
+    """The generated kernels' values, run by Triton's interpreter on the CPU.
+
+    fp16 autocast: the interpreter rounds fp32 -> fp16 as the GPU does (round to
+    nearest even; its bf16 conversion does not), so the kernel must match the
+    emulation of eager autocast up to fp32 summation order.
+    """
+
+    def test_values(self):
+        cases = [
+            ("addmm", (37, 70, 99)),  # M, N, K off every tile size
+            ("mm", (1, 33, 64)),
+            ("bmm", (16, 24, 40)),
+            ("baddbmm", (5, 16, 17)),
+        ]
+        jobs, expected = [], []
+        for op, (m, n, k) in cases:
+            inputs = matmul_inputs(op, m, n, k, batch=2)
+            fn = matmul_op(op, FP16)
+
+            def scaled(*args, fn=fn):
+                return fn(*args) * 3.0  # a fused epilogue after the rounding
+
+            code = self.cuda_code(scaled, *inputs)
+            self.assertTemplate(code)
+            (name,) = template_kernels(code)
+            call = re.search(rf"{name}\.run\((.*?), stream=", "\n".join(code)).group(1)
+            grid = [int(a) for a in call.split(", ")[-3:]]
+            out = torch.empty(emulate(op, inputs).shape, dtype=FP16)
+            src = kernel_source(code, name)
+            # the kernel's arguments are the fp32 inputs in aten order, then the output
+            jobs.append(dict(name=name, source=src[src.index("@triton.jit"):], grid=grid,
+                             args=[*inputs, out]))
+            expected.append((emulate(op, inputs).float() * 3.0).to(FP16))
+        outputs = run_in_interpreter(jobs)
+        for (op, shape), out, ref in zip(cases, outputs, expected):
+            diff = (out.float() - ref.float()).abs()
+            ulp = ref.float().abs().clamp_min(2**-14) * 2.0**-10
+            self.assertTrue(bool((diff <= ulp).all()), (op, shape, diff.max()))
+            self.assertLessEqual((diff > 0).float().mean().item(), 0.02, (op, shape))
+
+
+def emulate(op, inputs):
+    """Eager autocast (fp16) on the CPU: fp16-rounded operands, fp32 sums, one rounding."""
+    r = lambda t: t.to(FP16).float()  # noqa: E731
+    if op == "mm":
+        x, w = inputs
+        return (r(x) @ r(w).t()).to(FP16)
+    if op == "bmm":
+        x, w = inputs
+        return torch.bmm(r(x), r(w).transpose(1, 2)).to(FP16)
+    if op == "addmm":
+        b, x, w = inputs
+        return (2.0 * (r(x) @ r(w).t()) + 0.5 * r(b)).to(FP16)
+    c, x, w = inputs
+    return (2.0 * torch.bmm(r(x), r(w).transpose(1, 2)) + 0.5 * r(c)).to(FP16)
+
+
+_INTERPRETER_MAIN = r'''
+import os, sys
+os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported: every @jit interpreted
+import torch
+jobs = torch.load(sys.argv[1])
+header = ("import triton\nimport triton.language as tl\n"
+          "from torch._inductor.runtime import triton_helpers\n"
+          "from torch._inductor.runtime.triton_helpers import libdevice, math as tl_math\n")
+outs = []
+for job in jobs:
+    ns = {}
+    exec(compile(header + job["source"], job["name"], "exec"), ns)
+    ns[job["name"]][tuple(job["grid"])](*job["args"])
+    outs.append(job["args"][-1])
+torch.save(outs, sys.argv[2])
+'''
+
+
+def run_in_interpreter(jobs):
+    with tempfile.TemporaryDirectory() as d:
+        d = pathlib.Path(d)
+        torch.save(jobs, d / "jobs.pt")
+        (d / "main.py").write_text(_INTERPRETER_MAIN)
+        subprocess.run([sys.executable, str(d / "main.py"), str(d / "jobs.pt"), str(d / "outs.pt")],
+                       check=True, capture_output=True, timeout=300)
+        return torch.load(d / "outs.pt")
+
+
+def config_of(src: str) -> heuristics.TileConfig:
+    def get(name):
+        return re.search(rf"{name} : tl.constexpr = (\w+)", src).group(1)
+
+    stages = int(re.search(r"num_stages=(\d+)", src).group(1))
+    warps = int(re.search(r"num_warps=(\d+)", src).group(1))
+    return heuristics.TileConfig(int(get("BLOCK_M")), int(get("BLOCK_N")), int(get("BLOCK_K")),
+                                 int(get("GROUP_M")), warps, stages, get("SWAP_AB") == "True")
+
+
+def compile_for_sm90(name: str, src: str) -> dict:
+    """Compile a generated template kernel with Triton for sm_90; no GPU needed."""
+    import importlib.util
+
+    import triton
+    from torch._inductor.runtime.hints import DeviceProperties
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    triton_meta = eval(re.search(r"triton_meta=(\{.*?\}),\n", src, re.S).group(1),
+                       {"DeviceProperties": DeviceProperties})
+    cfg = config_of(src)
+    with tempfile.TemporaryDirectory() as d:
+        path = pathlib.Path(d) / f"{name}.py"
+        path.write_text("import triton\nimport triton.language as tl\n"
+                        + src[src.index("@triton.jit"):])
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        compiled = triton.compile(
+            ASTSource(fn=getattr(module, name), signature=triton_meta["signature"],
+                      attrs=triton_meta["configs"][0]),
+            target=GPUTarget("cuda", 90, 32),
+            options={"num_warps": cfg.num_warps, "num_stages": cfg.num_stages},
+        )
+        ptx = compiled.asm["ptx"]
+        ptxas = pathlib.Path(triton.__file__).parent / "backends/nvidia/bin/ptxas"
+        (pathlib.Path(d) / "k.ptx").write_text(ptx)
+        info = subprocess.run([str(ptxas), "-v", "--gpu-name=sm_90a", str(pathlib.Path(d) / "k.ptx"),
+                               "-o", str(pathlib.Path(d) / "k.cubin")],
+                              capture_output=True, text=True, check=True).stderr
+    return dict(shared=compiled.metadata.shared,
+                spill_bytes=int(re.search(r"(\d+) bytes spill stores", info).group(1)),
+                mma=ptx.count("wgmma.mma_async") + ptx.count("mma.sync"))
+
+
+# ---------------------------------------------------------------------------- GPU
+
+# vs eager autocast: equal after rounding, i.e. at most one unit in the last place
+# apart (fp32 summation order differs), on a small fraction of elements
+ULP = {BF16: 2.0**-7, FP16: 2.0**-10}
+MAX_MISMATCH_FRACTION = 0.02
+
+
+class TestTensorCoreMMGPU(TensorCoreMMTestCase):
+    """On a CUDA GPU: values against eager autocast and an fp64 reference."""
+
+    def compile_and_run(self, fn, *inputs, dynamic=None):
+        torch._dynamo.reset()
+        torch_overlay.enable(["tensorcore_mm"])
+        try:
+            with (inductor_config.patch(fx_graph_cache=False),
+                  functorch_config.patch(enable_autograd_cache=False)):
+                return run_and_get_code(torch.compile(fn, dynamic=dynamic), *inputs)
+        finally:
+            torch_overlay.disable()
+
+    def assertLikeEager(self, actual, eager, reference, dtype):
+        self.assertEqual(actual.dtype, eager.dtype)
+        scale = reference.abs().max().clamp_min(1e-30)
+        diff = (actual.double() - eager.double()).abs()
+        ulp = eager.double().abs().clamp_min(scale * 2**-10) * ULP[dtype]
+        self.assertTrue(bool((diff <= ulp).all()), f"max diff {diff.max().item()}")
+        self.assertLessEqual((diff > 0).double().mean().item(), MAX_MISMATCH_FRACTION)
+        err = (actual.double() - reference).abs().max()
+        eager_err = (eager.double() - reference).abs().max()
+        self.assertLessEqual(err.item(), 1.05 * eager_err.item() + 1e-6 * scale.item())
+
+    @requires_cuda_gpu
+    @parametrize("op", ["mm", "addmm", "bmm", "baddbmm"])
+    @parametrize("dtype", [BF16, FP16], name_fn=dtype_name)
+    @parametrize("mnk", [(1, 4096, 4096), (16, 4096, 4096), (37, 1001, 999), (128, 256, 136),
+                         (200, 96, 4095)], name_fn=lambda mnk: "x".join(map(str, mnk)))
+    def test_values(self, op, dtype, mnk):
+        inputs = matmul_inputs(op, *mnk, batch=2, device=GPU_TYPE)
+        fn = matmul_op(op, dtype)
+        eager = fn(*inputs)
+        reference = emulate_fp64(op, inputs)
+        out, code = self.compile_and_run(fn, *inputs)
+        self.assertLikeEager(out, eager, reference, dtype)
+        self.assertEqual(len(template_kernels(code)), 1)
+
+    @requires_cuda_gpu
+    def test_fused_epilogue_values(self):
+        def fn(x, w, b, r):
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                return F.gelu(F.linear(x, w, b), approximate="tanh") + r
+
+        g = torch.Generator(device=GPU_TYPE).manual_seed(0)
+        x, w, b, r = (torch.randn(s, device=GPU_TYPE, generator=g) for s in
+                      ((16, 1024), (512, 1024), (512,), (16, 512)))
+        out, code = self.compile_and_run(fn, x, w, b, r)
+        self.assertEqual(len(template_kernels(code)), 1)
+        torch.testing.assert_close(out, fn(x, w, b, r), atol=2**-6, rtol=2**-7)
+
+    @requires_cuda_gpu
+    def test_dynamic_m(self):
+        fn = linear()
+        w, b = torch.randn(512, 1024, device=GPU_TYPE), torch.randn(512, device=GPU_TYPE)
+        torch._dynamo.reset()
+        torch_overlay.enable(["tensorcore_mm"])
+        try:
+            compiled = torch.compile(fn, dynamic=True)
+            for m in (16, 1, 33, 128):
+                x = torch.randn(m, 1024, device=GPU_TYPE)
+                eager = fn(x, w, b)
+                self.assertLikeEager(compiled(x, w, b), eager,
+                                     F.linear(x.double(), w.double(), b.double()), BF16)
+        finally:
+            torch_overlay.disable()
+
+    @requires_cuda_gpu
+    @parametrize("dtype", [BF16, FP16], name_fn=dtype_name)
+    def test_training(self, dtype):
+        # forward and backward of an MLP with fp32 parameters under autocast
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.GELU(),
+                                    torch.nn.Linear(512, 256)).to(GPU_TYPE)
+        x = torch.randn(16, 256, device=GPU_TYPE, requires_grad=True)
+
+        def step(m, inp):
+            with torch.autocast("cuda", dtype=dtype):
+                out = m(inp)
+            out.float().square().mean().backward()
+            return out
+
+        eager_out = step(model, x)
+        eager_grads = [p.grad.clone() for p in model.parameters()] + [x.grad.clone()]
+        model.zero_grad()
+        x.grad = None
+        torch._dynamo.reset()
+        torch_overlay.enable(["tensorcore_mm"])
+        try:
+            out = step(torch.compile(model), x)
+        finally:
+            torch_overlay.disable()
+        torch.testing.assert_close(out, eager_out, atol=2e-2, rtol=2e-2)
+        for got, want in zip([p.grad for p in model.parameters()] + [x.grad], eager_grads):
+            torch.testing.assert_close(got, want, atol=2e-2, rtol=5e-2)
+
+
+def emulate_fp64(op, inputs):
+    d = [t.double() for t in inputs]
+    if op == "mm":
+        return d[0] @ d[1].t()
+    if op == "bmm":
+        return torch.bmm(d[0], d[1].transpose(1, 2))
+    if op == "addmm":
+        return 2.0 * (d[1] @ d[2].t()) + 0.5 * d[0]
+    return 2.0 * torch.bmm(d[1], d[2].transpose(1, 2)) + 0.5 * d[0]
+
+
+instantiate_parametrized_tests(TestCostModel)
+instantiate_parametrized_tests(TestTensorCoreMMCodegen)
+instantiate_parametrized_tests(TestTensorCoreMMGPU)
+
+if __name__ == "__main__":
+    run_tests()
