@@ -1,0 +1,619 @@
+#!/usr/bin/env python3
+"""Check and tune the tensorcore_mm overlay on a CUDA GPU, in one run (about 4-5 min on an H200).
+
+    python tools/check_tensorcore_mm.py                  everything below, with a time budget
+    python tools/check_tensorcore_mm.py --parts perf     one part: values, training, perf, variants
+    python tools/check_tensorcore_mm.py --out DIR        also write DIR/check_tensorcore_mm.json
+
+1. values: random inputs at many shapes (M=1, odd M/N/K, K and N not multiples of 16),
+   fp16/bf16, mm/addmm/bmm/baddbmm, transposed and permuted weights, a fused epilogue,
+   dynamic M. Each compiled result against eager autocast (equal after rounding: at
+   most one unit in the last place apart, on few elements) and an fp64 reference
+   (error no worse than eager autocast's). Prints the path taken (template or stock).
+2. training: forward and backward of an MLP with fp32 parameters under autocast,
+   outputs and gradients against eager autocast and fp64.
+3. perf: F.linear under bf16 autocast, fp32 x and w, on the issue's shapes: eager,
+   stock default, stock max-autotune, the overlay (do_bench medians, ms), ratios,
+   compile seconds, and the cost model's choice and config per shape; then the
+   issue's targets, PASS or FAIL.
+4. variants: the template forced onto alternative operand sets and configs at a few
+   shapes, against the cost model's predictions: what to change in
+   torch_overlay/_inductor/template_heuristics/tensorcore_mm.py when targets miss.
+
+A failure in one case is reported and the run goes on; the exit status is 1 when a
+value check failed, else 0 (missed performance targets are reported, not fatal).
+Caches: Inductor's FX graph cache and AOTAutograd's cache are off (each compile is
+measured and forced variants must not be served another's code); Triton's kernel
+cache stays on, so a second run's compile times are warm ones.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import math
+import pathlib
+import statistics
+import sys
+import time
+import traceback
+from typing import Any, Callable
+
+TOOLS = pathlib.Path(__file__).resolve().parent
+REPO = TOOLS.parent
+sys.path.insert(1, str(REPO))  # run from anywhere, without installing the package
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import torch_overlay  # noqa: E402
+
+BF16, FP16 = torch.bfloat16, torch.float16
+ULP = {BF16: 2.0**-7, FP16: 2.0**-10}  # one unit in the last place, relative, at worst
+MAX_MISMATCH = 0.02  # fraction of elements allowed to differ from eager by that unit
+PERF_SHAPES = [(1, 4096, 4096), (16, 4096, 4096), (128, 4096, 4096), (1024, 4096, 4096),
+               (2048, 4096, 4096), (4096, 4096, 4096), (16, 11008, 4096), (2048, 11008, 4096),
+               (8192, 8192, 8192)]
+WARMUP_MS, REP_MS = 25, 100
+START = time.perf_counter()
+FAILURES: list[str] = []
+DEV = "cuda"  # --smoke-cpu: "cpu", to try this script's plumbing where there is no GPU
+SHRINK = 1  # --smoke-cpu divides the sizes by this
+
+
+LOG_LINES: list[str] = []
+SUMMARY: list[str] = []  # printed again at the end, where a truncated output still shows it
+
+
+def log(*parts: Any, summary: bool = False) -> None:
+    line = " ".join(str(p) for p in parts)
+    print(line, flush=True)
+    LOG_LINES.append(line)
+    if summary:
+        SUMMARY.append(line)
+
+
+def elapsed() -> float:
+    return time.perf_counter() - START
+
+
+@contextlib.contextmanager
+def guarded(label: str):
+    """Report a failure of one case and go on."""
+    try:
+        yield
+    except Exception as e:  # noqa: BLE001 - one case must not end the run
+        FAILURES.append(f"{label}: {type(e).__name__}: {e}")
+        log(f"  FAIL {label}: {type(e).__name__}: {str(e)[:400]}")
+        log("    " + traceback.format_exc().strip().splitlines()[-3].strip())
+
+
+def overlay_counts() -> dict[str, int]:
+    from torch._dynamo.utils import counters
+
+    return {k: v for k, v in counters["torch_overlay"].items() if k.startswith("tensorcore_mm")}
+
+
+def path_taken(counts: dict[str, int]) -> str:
+    if counts.get("tensorcore_mm_template"):
+        return f"template x{counts['tensorcore_mm_template']}"
+    reasons = [k.split("_", 2)[-1] for k in counts]
+    return "stock (" + ", ".join(reasons) + ")" if reasons else "stock"
+
+
+def compile_fn(fn: Callable, mode: str, dynamic: bool | None = None) -> Callable:
+    """torch.compile in a fresh Dynamo state: mode 'stock', 'overlay' or 'max-autotune'."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    torch_overlay.disable()
+    if mode == "overlay":
+        torch_overlay.enable(["tensorcore_mm"])
+    options = {"max_autotune": True} if mode == "max-autotune" else None
+    return torch.compile(fn, dynamic=dynamic, options=options)
+
+
+@contextlib.contextmanager
+def no_caches():
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+
+    with (inductor_config.patch(fx_graph_cache=False, fx_graph_remote_cache=False),
+          functorch_config.patch(enable_autograd_cache=False)):
+        yield
+
+
+def median_ms(fn: Callable[[], Any]) -> float:
+    if DEV == "cpu":
+        times = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e3)
+        return statistics.median(times)
+    import triton.testing
+
+    return triton.testing.do_bench(fn, warmup=WARMUP_MS, rep=REP_MS, return_mode="median")
+
+
+def sync() -> None:
+    if DEV == "cuda":
+        torch.cuda.synchronize()
+
+
+# -------------------------------------------------------------------------- 1. values
+
+def autocast(dtype):
+    return torch.autocast(DEV, dtype=dtype)
+
+
+def sz(d: int) -> int:
+    return max(1, d // SHRINK)
+
+
+def make_case(kind: str, m: int, n: int, k: int, dtype, batch: int = 3, seed: int = 0):
+    """(fn under autocast, fp64 reference fn, inputs) for one case."""
+    n, k = sz(n), sz(k)
+    g = torch.Generator(device=DEV).manual_seed(seed)
+
+    def rnd(*shape, scale=1.0):
+        return torch.randn(*shape, device=DEV, generator=g) * scale
+
+    s = 1.0 / math.sqrt(k)
+    if kind == "linear":  # addmm(b, x, w.t()), the weight arrives as a permute
+        inputs = [rnd(m, k), rnd(n, k, scale=s), rnd(n)]
+        return (lambda x, w, b: F.linear(x, w, b)), (lambda x, w, b: F.linear(x, w, b)), inputs
+    if kind == "linear_nobias":  # mm
+        inputs = [rnd(m, k), rnd(n, k, scale=s)]
+        return (lambda x, w: F.linear(x, w)), (lambda x, w: F.linear(x, w)), inputs
+    if kind == "mm_kn":  # weight [K, N], N contiguous
+        inputs = [rnd(m, k), rnd(k, n, scale=s)]
+        return (lambda x, w: x @ w), (lambda x, w: x @ w), inputs
+    if kind == "mm_xt":  # x given as [K, M], M contiguous
+        inputs = [rnd(k, m), rnd(k, n, scale=s)]
+        return (lambda x, w: x.t() @ w), (lambda x, w: x.t() @ w), inputs
+    if kind == "addmm_ab":  # alpha, beta, a full [M, N] input
+        inputs = [rnd(m, n), rnd(m, k), rnd(n, k, scale=s)]
+        f = lambda c, x, w: torch.addmm(c, x, w.t(), beta=0.5, alpha=2.0)  # noqa: E731
+        return f, f, inputs
+    if kind == "linear3d":  # [B, S, K] input, viewed as [B*S, K]
+        inputs = [rnd(batch, m, k), rnd(n, k, scale=s), rnd(n)]
+        return (lambda x, w, b: F.linear(x, w, b)), (lambda x, w, b: F.linear(x, w, b)), inputs
+    if kind == "bmm":
+        inputs = [rnd(batch, m, k), rnd(batch, n, k, scale=s)]
+        f = lambda x, w: torch.bmm(x, w.transpose(1, 2))  # noqa: E731
+        return f, f, inputs
+    if kind == "baddbmm":
+        inputs = [rnd(batch, m, n), rnd(batch, m, k), rnd(batch, n, k, scale=s)]
+        f = lambda c, x, w: torch.baddbmm(c, x, w.transpose(1, 2), beta=0.5, alpha=2.0)  # noqa: E731
+        return f, f, inputs
+    if kind == "relu_epilogue":  # an epilogue fused into the template, exact in 16 bits
+        inputs = [rnd(m, k), rnd(n, k, scale=s), rnd(n)]
+        f = lambda x, w, b: F.relu(F.linear(x, w, b)) * 2.0  # noqa: E731
+        return f, f, inputs
+    raise ValueError(kind)
+
+
+def under_autocast(fn, dtype):
+    def run(*args):
+        with autocast(dtype):
+            return fn(*args)
+
+    return run
+
+
+def compare(out: torch.Tensor, eager: torch.Tensor, ref: torch.Tensor, dtype) -> dict:
+    """Distance to eager (in its units of the last place) and errors against fp64."""
+    out64, eager64 = out.double(), eager.double()
+    scale = ref.abs().max().clamp_min(1e-30).item()
+    # one unit in the last place of eager's value; below 2^-10 of the scale, of that
+    ulp = eager64.abs().clamp_min(scale * 2**-10) * ULP[dtype]
+    diff = (out64 - eager64).abs()
+    return dict(
+        dtype_ok=out.dtype == eager.dtype,
+        ulps=(diff / ulp).max().item(),
+        mismatch=(diff > 0).double().mean().item(),
+        err=(out64 - ref).abs().max().item() / scale,
+        eager_err=(eager64 - ref).abs().max().item() / scale,
+    )
+
+
+def verdict(c: dict) -> bool:
+    return (c["dtype_ok"] and c["ulps"] <= 1.0 + 1e-9 and c["mismatch"] <= MAX_MISMATCH
+            and c["err"] <= 1.05 * c["eager_err"] + 1e-6)
+
+
+def part_values() -> None:
+    before = len(FAILURES)
+    paths: dict[str, int] = {}
+    log("\n== 1. values: compiled (overlay) vs eager autocast vs fp64 ==")
+    log(f"{'case':42} {'path':22} {'ulps':>5} {'mism':>6} {'err':>9} {'eager err':>9}  ok")
+    cases = []
+    for dtype in (BF16, FP16):
+        for kind, m, n, k in [("linear", 1, 4096, 4096), ("linear", 16, 4096, 4096),
+                              ("linear", 37, 1001, 999), ("linear", 128, 4096, 4096),
+                              ("linear", 200, 96, 4095), ("linear_nobias", 16, 11008, 4096),
+                              ("mm_kn", 16, 1000, 520), ("mm_xt", 33, 256, 130),
+                              ("addmm_ab", 7, 72, 200), ("linear3d", 17, 333, 256),
+                              ("bmm", 1, 64, 96), ("bmm", 33, 100, 130),
+                              ("baddbmm", 16, 48, 64), ("relu_epilogue", 16, 1024, 512),
+                              ("linear", 1024, 4096, 4096)]:
+            cases.append((kind, m, n, k, dtype))
+    for kind, m, n, k, dtype in cases:
+        label = f"{kind} {m}x{n}x{k} {str(dtype)[6:]}"
+        with guarded(label):
+            fn, fn64, inputs = make_case(kind, m, n, k, dtype)
+            run = under_autocast(fn, dtype)
+            eager = run(*inputs)
+            ref = fn64(*[t.double() for t in inputs])
+            with no_caches():
+                out = compile_fn(run, "overlay")(*inputs)
+            c = compare(out, eager, ref, dtype)
+            ok = verdict(c)
+            if not ok:
+                FAILURES.append(f"{label}: {c}")
+            path = path_taken(overlay_counts())
+            paths[path.split(" ")[0]] = paths.get(path.split(" ")[0], 0) + 1
+            log(f"{label:42} {path:22} {c['ulps']:5.2f} "
+                f"{c['mismatch']:6.4f} {c['err']:9.2e} {c['eager_err']:9.2e}  {'ok' if ok else 'FAIL'}")
+    # dynamic M: one compile, several M
+    for dtype in (BF16,):
+        label = f"dynamic M linear x4096x4096 {str(dtype)[6:]}"
+        with guarded(label):
+            fn, fn64, inputs = make_case("linear", 16, 4096, 4096, dtype)
+            run = under_autocast(fn, dtype)
+            with no_caches():
+                compiled = compile_fn(run, "overlay", dynamic=True)
+                for m in (16, 1, 33, 128, 300):
+                    x = torch.randn(m, sz(4096), device=DEV)
+                    args = [x, *inputs[1:]]
+                    c = compare(compiled(*args), run(*args), fn64(*[t.double() for t in args]), dtype)
+                    ok = verdict(c)
+                    if not ok:
+                        FAILURES.append(f"{label} M={m}: {c}")
+                    log(f"{label + f' M={m}':42} {path_taken(overlay_counts()):22} {c['ulps']:5.2f} "
+                        f"{c['mismatch']:6.4f} {c['err']:9.2e} {c['eager_err']:9.2e}  "
+                        f"{'ok' if ok else 'FAIL'}")
+    log(f"values: {len(FAILURES) - before} failure(s); paths taken {paths}", summary=True)
+
+
+# ------------------------------------------------------------------------ 2. training
+
+def part_training() -> None:
+    before = len(FAILURES)
+    log("\n== 2. training: forward + backward, MLP with fp32 parameters under autocast ==")
+    for dtype in (BF16, FP16):
+        for tokens in (16, 200):
+            label = f"mlp tokens={tokens} {str(dtype)[6:]}"
+            with guarded(label):
+                torch.manual_seed(0)
+                model = torch.nn.Sequential(torch.nn.Linear(sz(1024), sz(2048)), torch.nn.GELU(),
+                                            torch.nn.Linear(sz(2048), sz(1000))).to(DEV)
+                x = torch.randn(tokens, sz(1024), device=DEV)
+
+                def step(m, inp, use_autocast=True):
+                    inp = inp.clone().requires_grad_(True)
+                    ctx = autocast(dtype) if use_autocast else contextlib.nullcontext()
+                    with ctx:
+                        out = m(inp)
+                    out.float().square().mean().backward()
+                    grads = [p.grad.clone() for p in m.parameters()] + [inp.grad]
+                    m.zero_grad(set_to_none=True)
+                    return out, grads
+
+                eager_out, eager_grads = step(model, x)
+                ref_out, ref_grads = step(model.double(), x.double(), use_autocast=False)
+                model.float()
+                with no_caches():
+                    out, grads = step(compile_fn(model, "overlay"), x)
+                counts = overlay_counts()
+                worst = []
+                for name, got, want, ref in [("out", out, eager_out, ref_out)] + [
+                        (f"grad{i}", g, e, r) for i, (g, e, r) in
+                        enumerate(zip(grads, eager_grads, ref_grads))]:
+                    err = (got.double() - ref).abs().max().item() / ref.abs().max().item()
+                    eager_err = (want.double() - ref).abs().max().item() / ref.abs().max().item()
+                    close = (got.double() - want.double()).abs().max().item() / want.abs().max().item()
+                    worst.append((name, err, eager_err, close))
+                # the backward's reductions reorder sums: compare errors, with slack
+                ok = all(err <= 1.5 * eager_err + 1e-5 and close <= 8 * ULP[dtype]
+                         for _, err, eager_err, close in worst)
+                if not ok:
+                    FAILURES.append(f"{label}: {worst}")
+                line = ", ".join(f"{n} {e:.1e}/{ee:.1e}" for n, e, ee, _ in worst)
+                log(f"{label:24} {path_taken(counts):14} err/eager err: {line}  {'ok' if ok else 'FAIL'}")
+    log(f"training: {len(FAILURES) - before} failure(s)", summary=True)
+
+
+# ---------------------------------------------------------------------------- 3. perf
+
+@dataclasses.dataclass
+class PerfRow:
+    shape: tuple[int, int, int]
+    eager: float = math.nan
+    stock: float = math.nan
+    maxat: float = math.nan
+    overlay: float = math.nan
+    ct_stock: float = math.nan
+    ct_maxat: float = math.nan
+    ct_overlay: float = math.nan
+    path: str = ""
+    plan: str = ""
+
+
+class PlanRecorder:
+    """The cost model's plans, as the lowering asks for them."""
+
+    def __init__(self) -> None:
+        from torch_overlay._inductor.template_heuristics import tensorcore_mm as h
+
+        self.h, self.plans = h, []
+        self._original = h.plan
+
+    def __enter__(self):
+        def recording(p, dev):
+            result = self._original(p, dev)
+            self.plans.append((p, dev, result))
+            return result
+
+        self.h.plan = recording
+        return self
+
+    def __exit__(self, *exc):
+        self.h.plan = self._original
+
+
+def linear_fn():
+    def fn(x, w, b):
+        with autocast(BF16):
+            return F.linear(x, w, b)
+
+    return fn
+
+
+def timed_compile(fn, mode, inputs) -> tuple[Callable, float]:
+    compiled = compile_fn(fn, mode)
+    t0 = time.perf_counter()
+    compiled(*inputs)
+    sync()
+    return compiled, time.perf_counter() - t0
+
+
+def measure_ceilings() -> dict:
+    if DEV == "cpu":
+        return {"copy_TBps": math.nan, "bf16_mm_TFLOPs": math.nan}
+    src = torch.randn(1 << 28, device=DEV)
+    dst = torch.empty_like(src)
+    copy_ms = median_ms(lambda: dst.copy_(src))
+    a, b = (torch.randn(8192, 8192, device=DEV, dtype=BF16) for _ in range(2))
+    mm_ms = median_ms(lambda: torch.mm(a, b))
+    del src, dst, a, b
+    return {"copy_TBps": 2 * (1 << 28) * 4 / copy_ms / 1e9, "bf16_mm_TFLOPs": 2 * 8192**3 / mm_ms / 1e9}
+
+
+def part_perf(rows: list[PerfRow], budget_s: float, with_maxat: bool) -> None:
+    log("\n== 3. perf: F.linear under bf16 autocast, fp32 x, w, bias; do_bench medians ==")
+    ceilings = measure_ceilings()
+    log(f"ceilings: copy {ceilings['copy_TBps']:.2f} TB/s (read + written), "
+        f"bf16 cuBLAS 8192^3 {ceilings['bf16_mm_TFLOPs']:.0f} TFLOP/s")
+    fn = linear_fn()
+    with no_caches():
+        compile_fn(lambda x: x + 1, "stock")(torch.ones(8, device=DEV))  # start the workers
+        for shape in PERF_SHAPES:
+            m, n, k = shape
+            row = PerfRow(shape)
+            rows.append(row)
+            with guarded(f"perf {shape}"):
+                g = torch.Generator(device=DEV).manual_seed(0)
+                inputs = [torch.randn(m, k, device=DEV, generator=g),
+                          torch.randn(n, k, device=DEV, generator=g) / math.sqrt(k),
+                          torch.randn(n, device=DEV, generator=g)]
+                row.eager = median_ms(lambda: fn(*inputs))
+                stock, row.ct_stock = timed_compile(fn, "stock", inputs)
+                row.stock = median_ms(lambda: stock(*inputs))
+                with PlanRecorder() as rec:
+                    overlay, row.ct_overlay = timed_compile(fn, "overlay", inputs)
+                row.path = path_taken(overlay_counts())
+                row.plan = rec.plans[-1][2].describe() if rec.plans else "(no plan)"
+                row.overlay = median_ms(lambda: overlay(*inputs))
+                ref = stock(*inputs)
+                out = overlay(*inputs)
+                c = compare(out, ref, F.linear(*[t.double() for t in inputs]), BF16)
+                if not verdict(c):
+                    FAILURES.append(f"perf {shape} values: {c}")
+                del stock, overlay
+        if with_maxat:
+            for row in rows:
+                if elapsed() > budget_s:
+                    log(f"  max-autotune skipped from {row.shape} on: time budget {budget_s:.0f} s")
+                    break
+                m, n, k = row.shape
+                with guarded(f"max-autotune {row.shape}"):
+                    inputs = [torch.randn(m, k, device=DEV), torch.randn(n, k, device=DEV),
+                              torch.randn(n, device=DEV)]
+                    maxat, row.ct_maxat = timed_compile(fn, "max-autotune", inputs)
+                    row.maxat = median_ms(lambda: maxat(*inputs))
+                    del maxat
+    torch_overlay.disable()
+    print_perf(rows, ceilings)
+
+
+def print_perf(rows: list[PerfRow], ceilings: dict) -> None:
+    log(f"\nperf, ms (do_bench medians); ceilings: copy {ceilings['copy_TBps']:.2f} TB/s, "
+        f"bf16 cuBLAS {ceilings['bf16_mm_TFLOPs']:.0f} TFLOP/s", summary=True)
+    log(f"{'M,N,K':>18} {'eager':>7} {'stock':>7} {'maxat':>7} {'overlay':>7} {'x stock':>7} "
+        f"{'x maxat':>7} {'TB/s':>5} {'TF/s':>5} {'ct stock':>8} {'ct maxat':>8} {'ct ovl':>7}  path",
+        summary=True)
+    for r in rows:
+        m, n, k = r.shape
+        nbytes = (m * k + n * k + n) * 4 + m * n * 2
+        log(f"{str(r.shape):>18} {r.eager:7.4f} {r.stock:7.4f} {r.maxat:7.4f} {r.overlay:7.4f} "
+            f"{r.stock / r.overlay:7.2f} {r.maxat / r.overlay:7.2f} "
+            f"{nbytes / r.overlay / 1e9:5.2f} {2 * m * n * k / r.overlay / 1e9:5.0f} "
+            f"{r.ct_stock:8.2f} {r.ct_maxat:8.2f} {r.ct_overlay:7.2f}  {r.path}", summary=True)
+    log("cost model per shape:", summary=True)
+    for r in rows:
+        log(f"  {str(r.shape):>18} {r.plan}", summary=True)
+    log("targets (overlay vs stock default measured in this run):", summary=True)
+
+    def speedup(r):
+        return r.stock / r.overlay
+
+    small = [speedup(r) for r in rows if r.shape[0] <= 128 and not math.isnan(speedup(r))]
+    checks = []
+    if small:
+        checks.append((f"M<=128 median speedup {statistics.median(small):.2f} >= 2.0",
+                       statistics.median(small) >= 2.0))
+        checks.append((f"M<=128 min speedup {min(small):.2f} >= 1.6", min(small) >= 1.6))
+    for r in rows:
+        if r.shape[0] == 1024:
+            checks.append((f"M=1024 {r.shape} speedup {speedup(r):.2f} >= 1.15", speedup(r) >= 1.15))
+        if r.shape[0] >= 2048:
+            checks.append((f"M>=2048 {r.shape} speedup {speedup(r):.2f} >= 0.98", speedup(r) >= 0.98))
+        if not math.isnan(r.maxat):
+            checks.append((f"{r.shape} vs max-autotune {r.maxat / r.overlay:.2f} >= 1.0",
+                           r.maxat / r.overlay >= 1.0))
+        checks.append((f"{r.shape} compile {r.ct_overlay:.2f}s <= 1.5 x stock {r.ct_stock:.2f}s",
+                       r.ct_overlay <= 1.5 * r.ct_stock))
+    for text, ok in checks:
+        log(f"  {'PASS' if ok else 'MISS'} {text}", summary=True)
+
+
+# ------------------------------------------------------------------------ 4. variants
+
+def part_variants(budget_s: float) -> list[dict]:
+    """The template forced onto alternatives, measured against the cost model."""
+    from torch_overlay._inductor.template_heuristics import tensorcore_mm as h
+
+    log("\n== 4. variants: forced plans vs the cost model's predictions ==")
+    T = h.TileConfig
+    plans = [
+        # (M, N, K), label, path, fused (a, b), config or None for the heuristic's
+        ((16, 4096, 4096), "default", "template", None, None),
+        ((16, 4096, 4096), "x pre-cast", "template", (False, True), None),
+        ((16, 4096, 4096), "BN16", "template", (True, True), T(16, 16, 128, 8, 4, 6)),
+        ((16, 4096, 4096), "BN64", "template", (True, True), T(16, 64, 128, 8, 4, 5)),
+        ((16, 4096, 4096), "BK64 s8", "template", (True, True), T(16, 32, 64, 8, 4, 8)),
+        ((16, 4096, 4096), "swap 64x16", "template", (True, True), T(16, 64, 128, 8, 4, 5, True)),
+        ((1, 4096, 4096), "default", "template", None, None),
+        ((16, 11008, 4096), "BN32", "template", (True, True), T(16, 32, 128, 8, 4, 6)),
+        ((128, 4096, 4096), "default", "template", None, None),
+        ((128, 4096, 4096), "x pre-cast", "template", (False, True), None),
+        ((128, 4096, 4096), "128x32 w4", "template", (True, True), T(128, 32, 64, 8, 4, 5)),
+        ((128, 4096, 4096), "64x128 w8", "template", (True, True), T(64, 128, 64, 8, 8, 4)),
+        ((128, 4096, 4096), "128x64 w8", "template", (True, True), T(128, 64, 64, 8, 8, 4)),
+        ((1024, 4096, 4096), "w fused, swap", "template", (False, True), T(128, 128, 64, 8, 8, 4, True)),
+        ((1024, 4096, 4096), "w fused, no swap", "template", (False, True), T(128, 128, 64, 8, 8, 4)),
+        ((1024, 4096, 4096), "both fused", "template", (True, True), T(128, 128, 64, 8, 8, 3)),
+        ((1024, 4096, 4096), "both 64x128", "template", (True, True), T(64, 128, 64, 8, 4, 4)),
+        ((2048, 4096, 4096), "w fused, swap", "template", (False, True), T(128, 128, 64, 8, 8, 4, True)),
+    ]
+    fn = linear_fn()
+    results = []
+    log("variants (forced plans):", summary=True)
+    log(f"{'M,N,K':>18} {'variant':18} {'ms':>7} {'pred':>7} {'cfg':28} note", summary=True)
+    stock_ms: dict = {}
+    for shape, label, path, fused, cfg in plans:
+        if elapsed() > budget_s:
+            log(f"  variants skipped from {shape} {label} on: time budget {budget_s:.0f} s")
+            break
+        with guarded(f"variant {shape} {label}"):
+            m, n, k = shape[0], sz(shape[1]), sz(shape[2])
+            inputs = [torch.randn(m, k, device=DEV), torch.randn(n, k, device=DEV) / math.sqrt(k),
+                      torch.randn(n, device=DEV)]
+            if shape not in stock_ms:
+                with no_caches():
+                    stock = compile_fn(fn, "stock")
+                    stock(*inputs)
+                    stock_ms[shape] = median_ms(lambda: stock(*inputs))
+            with no_caches(), h.forced(path, fused, cfg), PlanRecorder() as rec:
+                compiled = compile_fn(fn, "overlay")
+                compiled(*inputs)
+                ms = median_ms(lambda: compiled(*inputs))
+            plan = rec.plans[-1][2] if rec.plans else None
+            pred = next((q.seconds * 1e3 for q in plan.predictions
+                         if (q.fused_a, q.fused_b) == (plan.fused_a, plan.fused_b)
+                         and q.label != "stock"), math.nan) if plan else math.nan
+            note = path_taken(overlay_counts())
+            if plan is not None and plan.config is not None:
+                terms = h._template_terms(rec.plans[-1][0], rec.plans[-1][1], plan.fused_a,
+                                          plan.fused_b, plan.config)
+                bound = max(("compute", "dram", "l2"), key=lambda t: terms[t])
+                # what the measured time says of the bound term's efficiency
+                rest = ms * 1e-3 - terms["casts"] - terms["overhead"]
+                note += f"; {bound}-bound, measured/predicted {bound} term {rest / terms[bound]:.2f}"
+            note += f"; stock {stock_ms[shape]:.4f} ms -> x{stock_ms[shape] / ms:.2f}"
+            log(f"{str(shape):>18} {label:18} {ms:7.4f} {pred:7.4f} "
+                f"{str(plan.config if plan else ''):28} {note}", summary=True)
+            results.append(dict(shape=shape, variant=label, ms=ms, predicted_ms=pred,
+                                config=str(plan.config if plan else None), note=note))
+    log("\nReading: a template variant whose 'measured/predicted' is well below 1 beats the model:\n"
+        "  compute-bound -> raise eff_cast_reg (fused w, swap) / eff_cast_smem (both fused);\n"
+        "  dram-bound -> raise stream; l2-bound -> raise l2_bw (DeviceModel fields, or the H200 entry\n"
+        "  of DEVICE_MODELS); a variant faster than 'default' -> change select_configs.")
+    return results
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--parts", default="values,training,perf,variants")
+    parser.add_argument("--budget-s", type=float, default=230.0,
+                        help="max-autotune and variants stop starting new cases after this")
+    parser.add_argument("--no-max-autotune", action="store_true")
+    parser.add_argument("--out", type=pathlib.Path, default=None)
+    parser.add_argument("--smoke-cpu", action="store_true",
+                        help="no GPU: run the plumbing on the CPU at small sizes (the overlay "
+                             "falls back there; nothing is measured that means anything)")
+    args = parser.parse_args()
+    global DEV, SHRINK, PERF_SHAPES
+    if args.smoke_cpu:
+        DEV, SHRINK = "cpu", 64
+        PERF_SHAPES = [tuple(max(1, d // SHRINK) for d in s) for s in PERF_SHAPES[:3]]
+    elif not torch.cuda.is_available():
+        log("no CUDA GPU: nothing to check here (the GPU-free checks are test/test_tensorcore_mm.py)")
+        return 2
+    import triton
+
+    name = torch.cuda.get_device_name() if DEV == "cuda" else "cpu (smoke run)"
+    log(f"{name}, torch {torch.__version__}, triton {triton.__version__}")
+    torch_overlay.load_overlays()
+    import warnings
+
+    import torch._inductor.config as inductor_config
+
+    # max-autotune's per-choice tables would fill the output; the timings are ours
+    inductor_config.autotune_num_choices_displayed = 0
+    inductor_config.max_autotune_report_choices_stats = False
+    warnings.filterwarnings("ignore", category=UserWarning)
+    parts = args.parts.split(",")
+    rows: list[PerfRow] = []
+    variants: list[dict] = []
+    if "values" in parts:
+        part_values()
+    if "training" in parts:
+        part_training()
+    if "perf" in parts:
+        part_perf(rows, args.budget_s, not args.no_max_autotune)
+    if "variants" in parts:
+        variants = part_variants(args.budget_s + 50)
+    log("\n==== summary ====")
+    for line in SUMMARY:
+        print(line)
+    log(f"{len(FAILURES)} failure(s) in {elapsed():.0f} s")
+    for f in FAILURES:
+        log("  " + f[:300])
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "check_tensorcore_mm.json").write_text(json.dumps(dict(
+            device=name, torch=torch.__version__,
+            perf=[dataclasses.asdict(r) for r in rows], variants=variants,
+            failures=FAILURES), indent=1, default=str))
+        (args.out / "check_tensorcore_mm.log").write_text("\n".join(LOG_LINES) + "\n")
+    value_failures = [f for f in FAILURES if not f.startswith(("perf", "max-autotune", "variant"))]
+    return 1 if value_failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
