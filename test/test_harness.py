@@ -59,6 +59,16 @@ class TestHarness(TestCase):
         with self.assertRaisesRegex(NotImplementedError, "backward codegen needs a real GPU"):
             get_code(torch.compile(lambda a: a * 2), w, force_fake=True)
 
+    def test_benchmarking_on_the_faked_gpu_is_refused_clearly(self):
+        # shape padding of odd-sized matmuls times both variants on the device
+        with self.assertRaisesRegex(Exception, "shape_padding=False"):
+            get_code(torch.compile(autocast_linear), torch.randn(17, 33), torch.randn(65, 33),
+                     torch.randn(65), force_fake=True)
+        with torch._inductor.config.patch(shape_padding=False):
+            (code,) = get_code(torch.compile(autocast_linear), torch.randn(17, 33),
+                               torch.randn(65, 33), torch.randn(65), force_fake=True)
+        self.assertIn("extern_kernels.addmm", code)
+
     def test_unknown_profile(self):
         with self.assertRaisesRegex(ValueError, "unknown GPU profile 'v100'.*a100, h100, h200"):
             get_code(torch.compile(gelu_add), torch.randn(4), torch.randn(4), gpu="v100")

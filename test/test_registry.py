@@ -47,6 +47,10 @@ class TestRegistry(TestCase):
         self.env.stop()
         super().tearDown()
 
+    def state_of(self, name):
+        (state,) = [o.state for o in torch_overlay.status().overlays if o.name == name]
+        return state
+
     def toy(self, name, *hooks, **kwargs):
         self.names.append(name)
         return toy_overlay(name, *hooks, **kwargs)
@@ -110,7 +114,7 @@ class TestRegistry(TestCase):
         self.assertIn(version, message)
         self.assertIn(fingerprint(source_of(upstream_lowering)), message)
         self.assertIs(globals()["upstream_lowering"], self.originals[0])
-        self.assertEqual(torch_overlay.status().overlays[-1].state, "refused")
+        self.assertEqual(self.state_of("toy_drift"), "refused")
         torch_overlay.enable("toy_drift", force=True)
         self.assertEqual(globals()["upstream_lowering"](1), 0)
         torch_overlay.disable()
@@ -130,7 +134,7 @@ class TestRegistry(TestCase):
         os.environ["TORCH_OVERLAY_DISABLE"] = "1"
         self.assertEqual(torch_overlay.enable("toy_a"), [])
         self.assertIs(globals()["upstream_lowering"], self.originals[0])
-        self.assertEqual(torch_overlay.status().overlays[-1].state, "killed")
+        self.assertEqual(self.state_of("toy_a"), "killed")
 
     def test_env_selects_overlays(self):
         self.toy("toy_a")

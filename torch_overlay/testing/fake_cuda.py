@@ -137,6 +137,17 @@ def fake_cuda(profile: GPUProfile) -> Iterator[None]:
         "triton_hash_with_backend", triton_utils.triton_hash_with_backend
     ):
         patches.append(mock.patch.object(mod, name, fake_triton_hash_with_backend))
+    def no_benchmarks(*args, **kwargs):
+        raise RuntimeError(
+            f"Inductor wants to benchmark on the device (shape padding of an odd-sized "
+            f"matmul), and the {profile.name} is faked here. Set "
+            "torch._inductor.config.shape_padding=False for GPU-free codegen, or run on the GPU."
+        )
+
+    from torch._inductor.fx_passes import pad_mm
+
+    # reached only past pad_mm's deterministic checks, right before it times both variants
+    patches.append(mock.patch.object(pad_mm, "get_cached_should_pad", no_benchmarks))
     patches.append(
         mock.patch("torch._inductor.utils.get_gpu_shared_memory",
                    lambda: profile.shared_memory_per_block_optin)

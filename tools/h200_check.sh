@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The GPU half of the test suite, run on the H200 machine from the repo root:
+#   bash tools/h200_check.sh [pytest args...]
+# The same tests as CI, now against the real GPU: goldens generated on the device must
+# equal the GPU-free ones (test_harness checks fake == real byte for byte), and the
+# GPU-only correctness tests run. expecttest is not in that machine's image: carry its
+# wheel in .whl/ (CONTRIBUTING.md says how).
+set -uo pipefail
+out="${OUT:-/tmp/h200_check}"
+mkdir -p "$out"
+if ls .whl/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site .whl/*.whl || exit 1
+    export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null || exit 1
+{
+    date -u +%Y-%m-%dT%H:%MZ
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+    python3 -c "import torch, triton; print('torch', torch.__version__, torch.version.git_version, 'cuda', torch.version.cuda, 'triton', triton.__version__)"
+    git rev-parse --short HEAD 2>/dev/null || true
+} | tee "$out/env.txt"
+python3 -m pytest test/ -q -rs -p no:cacheprovider "$@" 2>&1 | tee "$out/pytest.log"
+exit "${PIPESTATUS[0]}"
