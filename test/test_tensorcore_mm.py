@@ -219,6 +219,15 @@ class TestCostModel(TestCase):
         preds = {p.label: p.seconds for p in plan.predictions}
         self.assertLess(preds["template[b]"], preds["template[a]"])
 
+    def test_dynamic_m_plan_holds_over_the_range(self):
+        p = self.linear_problem(16, 4096, 4096)
+        bounded = heuristics.plan_dynamic_m(p, H200, 256)
+        self.assertEqual(bounded.path, "template", bounded.describe())
+        hinted = heuristics.plan(p, H200)
+        self.assertGreater(bounded.config.BLOCK_M, hinted.config.BLOCK_M)  # not M=16's tile
+        unbounded = heuristics.plan_dynamic_m(p, H200, 8192)
+        self.assertEqual(unbounded.path, "stock", unbounded.describe())
+
     @parametrize("gpu", ["h200", "h100", "a100"])
     def test_every_config_fits_shared_memory(self, gpu):
         dev = heuristics.device_model(get_profile(gpu))
@@ -270,6 +279,17 @@ class TestTensorCoreMMCodegen(TensorCoreMMTestCase):
         self.assertTemplate(code)
         self.assertExpectedCode(code)
 
+    def test_golden_decode_split_k(self):
+        # N=1024: 64 tiles for 132 SMs, so K is split in two; the last program of a
+        # tile adds the partials in a fixed order and runs the epilogue
+        code = self.cuda_code(linear(), torch.randn(16, 4096), torch.randn(1024, 4096),
+                              torch.randn(1024))
+        self.assertTemplate(code)
+        src = kernel_source(code, template_kernels(code)[0])
+        self.assertIn("SPLIT_K : tl.constexpr = 2", src)
+        self.assertRegex("\n".join(code), r"workspace_\d+\.zero_\(\)")
+        self.assertExpectedCode(code)
+
     def test_golden_prefill(self):
         code = self.cuda_code(linear(), torch.randn(128, 4096), torch.randn(4096, 4096),
                               torch.randn(4096))
@@ -293,24 +313,37 @@ class TestTensorCoreMMCodegen(TensorCoreMMTestCase):
         self.assertEqual(len(cast_kernels(code)), 2)
         self.assertExpectedCode(code)
 
-    def test_golden_dynamic_m(self):
+    def dynamic_m_code(self, m_max):
         def fn(x, w, b):
-            torch._dynamo.mark_dynamic(x, 0)
+            if m_max is None:
+                torch._dynamo.mark_dynamic(x, 0)
+            else:
+                torch._dynamo.mark_dynamic(x, 0, min=2, max=m_max)
             return torch.compile(linear())(x, w, b)
 
         torch._dynamo.reset()
+        counters.clear()
         torch_overlay.enable(["tensorcore_mm"])
         try:
             with tolerate_dynamic_outputs():
-                code = get_code(fn, torch.randn(16, 4096), torch.randn(4096, 4096),
+                return get_code(fn, torch.randn(16, 4096), torch.randn(4096, 4096),
                                 torch.randn(4096), gpu="h200")
         finally:
             torch_overlay.disable()
+
+    def test_golden_dynamic_m(self):
+        # M symbolic up to 256: one kernel, with a config chosen for the whole range
+        code = self.dynamic_m_code(256)
         self.assertTemplate(code)
         src = kernel_source(code, template_kernels(code)[0])
         self.assertRegex(src, r"\n    M = ks0\n")  # M symbolic, N and K static
         self.assertRegex(src, r"\n    N = 4096\n")
         self.assertExpectedCode(code)
+
+    def test_dynamic_m_without_bound_keeps_stock(self):
+        # a decode-shaped kernel would also run every prefill: not without a bound on M
+        code = self.dynamic_m_code(None)
+        self.assertStock(code, "tensorcore_mm_stock:dynamic_m_range")
 
     def test_epilogue_reads_the_rounded_value(self):
         def fn(x, w, b):
@@ -385,13 +418,14 @@ class TestTensorCoreMMCodegen(TensorCoreMMTestCase):
 
     def test_template_compiles_for_sm90(self):
         # shared memory within the estimate (else a launch fails on the GPU), no spills
-        cases = [(16, linear()), (128, linear())]
-        for m, fn in cases:
-            code = self.cuda_code(fn, torch.randn(m, 4096), torch.randn(4096, 4096), torch.randn(4096))
+        cases = [(16, 4096), (128, 4096), (16, 1024)]  # the last splits K
+        for m, n in cases:
+            code = self.cuda_code(linear(), torch.randn(m, 4096), torch.randn(n, 4096), torch.randn(n))
             name = template_kernels(code)[0]
             src = kernel_source(code, name)
             report = compile_for_sm90(name, src)
             cfg = config_of(src)
+            self.assertEqual(cfg.SPLIT_K > 1, n == 1024, cfg)
             est = cfg.smem_bytes(4, 4)
             self.assertLessEqual(report["shared"], est, (m, cfg, report))
             self.assertEqual(report["spill_bytes"], 0, (m, cfg, report))
@@ -520,33 +554,52 @@ class TestTensorCoreMMInterpreter(TensorCoreMMTestCase):
     """
 
     def test_values(self):
+        swap = heuristics.TileConfig(16, 64, 32, 8, 4, 3, SWAP_AB=True)
         cases = [
-            ("addmm", (37, 70, 99)),  # M, N, K off every tile size
-            ("mm", (1, 33, 64)),
-            ("bmm", (16, 24, 40)),
-            ("baddbmm", (5, 16, 17)),
+            ("addmm", (37, 70, 99), None),  # M, N, K off every tile size
+            ("mm", (1, 33, 64), None),
+            ("bmm", (16, 24, 40), None),
+            ("baddbmm", (5, 16, 17), None),
+            ("addmm", (37, 70, 99), swap),  # C^T = B^T A^T, stored transposed
+            ("baddbmm", (20, 9, 50), swap),
+            # K split in 4, the last program of each tile sums the partials
+            ("addmm", (5, 40, 300), heuristics.TileConfig(16, 16, 32, 8, 4, 2, SPLIT_K=4)),
+            ("mm", (1, 20, 1000), heuristics.TileConfig(16, 16, 64, 8, 4, 3, SPLIT_K=8)),
         ]
         jobs, expected = [], []
-        for op, (m, n, k) in cases:
+        for op, (m, n, k), config in cases:
             inputs = matmul_inputs(op, m, n, k, batch=2)
             fn = matmul_op(op, FP16)
 
             def scaled(*args, fn=fn):
                 return fn(*args) * 3.0  # a fused epilogue after the rounding
 
-            code = self.cuda_code(scaled, *inputs)
+            forcing = heuristics.forced("template", config=config) if config else contextlib.nullcontext()
+            with forcing:
+                code = self.cuda_code(scaled, *inputs)
+            if config is not None:
+                self.assertIn(f"SWAP_AB : tl.constexpr = {config.SWAP_AB}", "\n".join(code))
+                self.assertIn(f"SPLIT_K : tl.constexpr = {config.SPLIT_K}", "\n".join(code))
             self.assertTemplate(code)
             (name,) = template_kernels(code)
             call = re.search(rf"{name}\.run\((.*?), stream=", "\n".join(code)).group(1)
             grid = [int(a) for a in call.split(", ")[-3:]]
             out = torch.empty(emulate(op, inputs).shape, dtype=FP16)
             src = kernel_source(code, name)
-            # the kernel's arguments are the fp32 inputs in aten order, then the output
+            # the kernel's arguments are the fp32 inputs in aten order, the output, and
+            # split-K's workspace, zeroed as the wrapper zeroes it
+            workspace = re.search(r"workspace_\d+ = empty_strided_cuda\(\((\d+), \)", "\n".join(code))
+            extra = [torch.zeros(int(workspace.group(1)), dtype=torch.uint8)] if workspace else []
+            self.assertEqual(bool(extra), config is not None and config.SPLIT_K > 1)
+            tiles = -(-m // cfg.BLOCK_M) * -(-n // cfg.BLOCK_N) if (cfg := config) else 0
             jobs.append(dict(name=name, source=src[src.index("@triton.jit"):], grid=grid,
-                             args=[*inputs, out]))
+                             args=[*inputs, out, *extra], out=len(inputs), semaphores=4 * tiles))
             expected.append((emulate(op, inputs).float() * 3.0).to(FP16))
         outputs = run_in_interpreter(jobs)
-        for (op, shape), out, ref in zip(cases, outputs, expected):
+        for (op, shape, _), out, ref in zip(cases, outputs, expected):
+            if isinstance(out, tuple):
+                out, semaphores_zeroed = out
+                self.assertTrue(semaphores_zeroed, "split-K left a semaphore raised")
             diff = (out.float() - ref.float()).abs()
             ulp = ref.float().abs().clamp_min(2**-14) * 2.0**-10
             self.assertTrue(bool((diff <= ulp).all()), (op, shape, diff.max()))
@@ -582,7 +635,10 @@ for job in jobs:
     ns = {}
     exec(compile(header + job["source"], job["name"], "exec"), ns)
     ns[job["name"]][tuple(job["grid"])](*job["args"])
-    outs.append(job["args"][-1])
+    outs.append(job["args"][job["out"]])
+    if len(job["args"]) > job["out"] + 1:  # split-K leaves its semaphores zeroed
+        ws = job["args"][-1]
+        outs[-1] = (outs[-1], bool((ws[-job["semaphores"]:] == 0).all()))
 torch.save(outs, sys.argv[2])
 '''
 
@@ -604,7 +660,8 @@ def config_of(src: str) -> heuristics.TileConfig:
     stages = int(re.search(r"num_stages=(\d+)", src).group(1))
     warps = int(re.search(r"num_warps=(\d+)", src).group(1))
     return heuristics.TileConfig(int(get("BLOCK_M")), int(get("BLOCK_N")), int(get("BLOCK_K")),
-                                 int(get("GROUP_M")), warps, stages, get("SWAP_AB") == "True")
+                                 int(get("GROUP_M")), warps, stages, get("SWAP_AB") == "True",
+                                 int(get("SPLIT_K")))
 
 
 def compile_for_sm90(name: str, src: str) -> dict:
@@ -679,7 +736,8 @@ class TestTensorCoreMMGPU(TensorCoreMMTestCase):
     @parametrize("op", ["mm", "addmm", "bmm", "baddbmm"])
     @parametrize("dtype", [BF16, FP16], name_fn=dtype_name)
     @parametrize("mnk", [(1, 4096, 4096), (16, 4096, 4096), (37, 1001, 999), (128, 256, 136),
-                         (200, 96, 4095)], name_fn=lambda mnk: "x".join(map(str, mnk)))
+                         (200, 96, 4095), (16, 1024, 4096)],  # the last splits K (mm, addmm)
+                 name_fn=lambda mnk: "x".join(map(str, mnk)))
     def test_values(self, op, dtype, mnk):
         inputs = matmul_inputs(op, *mnk, batch=2, device=GPU_TYPE)
         fn = matmul_op(op, dtype)
@@ -709,12 +767,14 @@ class TestTensorCoreMMGPU(TensorCoreMMTestCase):
         torch._dynamo.reset()
         torch_overlay.enable(["tensorcore_mm"])
         try:
-            compiled = torch.compile(fn, dynamic=True)
-            for m in (16, 1, 33, 128):
+            compiled = torch.compile(fn)
+            for m in (16, 2, 33, 128, 256):
                 x = torch.randn(m, 1024, device=GPU_TYPE)
+                torch._dynamo.mark_dynamic(x, 0, min=2, max=256)
                 eager = fn(x, w, b)
                 self.assertLikeEager(compiled(x, w, b), eager,
                                      F.linear(x.double(), w.double(), b.double()), BF16)
+            self.assertEqual(self.counts["tensorcore_mm_template"], 1)  # one compile, symbolic M
         finally:
             torch_overlay.disable()
 

@@ -235,6 +235,7 @@ def part_values() -> None:
         for kind, m, n, k in [("linear", 1, 4096, 4096), ("linear", 16, 4096, 4096),
                               ("linear", 37, 1001, 999), ("linear", 128, 4096, 4096),
                               ("linear", 200, 96, 4095), ("linear_nobias", 16, 11008, 4096),
+                              ("linear", 16, 1024, 4096), ("linear", 3, 300, 8192),  # split-K
                               ("mm_kn", 16, 1000, 520), ("mm_xt", 33, 256, 130),
                               ("addmm_ab", 7, 72, 200), ("linear3d", 17, 333, 256),
                               ("bmm", 1, 64, 96), ("bmm", 33, 100, 130),
@@ -258,15 +259,26 @@ def part_values() -> None:
             paths[path.split(" ")[0]] = paths.get(path.split(" ")[0], 0) + 1
             log(f"{label:42} {path:22} {c['ulps']:5.2f} "
                 f"{c['mismatch']:6.4f} {c['err']:9.2e} {c['eager_err']:9.2e}  {'ok' if ok else 'FAIL'}")
-    # dynamic M: one compile, several M
-    for dtype in (BF16,):
-        label = f"dynamic M linear x4096x4096 {str(dtype)[6:]}"
+    # dynamic M: one compile, several M. Bounded (mark_dynamic max=256): the template,
+    # with a config for the range; unbounded: the stock path (a decode-shaped kernel
+    # would also run every prefill)
+    for dtype, m_max in ((BF16, 256), (FP16, 256), (BF16, None)):
+        label = f"dynamic M<={m_max} linear x4096x4096 {str(dtype)[6:]}"
         with guarded(label):
             fn, fn64, inputs = make_case("linear", 16, 4096, 4096, dtype)
             run = under_autocast(fn, dtype)
+
+            def marked(x, *rest, m_max=m_max):
+                if m_max is None:
+                    torch._dynamo.mark_dynamic(x, 0)
+                else:
+                    torch._dynamo.mark_dynamic(x, 0, min=2, max=m_max)
+                return inner(x, *rest)
+
             with no_caches():
-                compiled = compile_fn(run, "overlay", dynamic=True)
-                for m in (16, 1, 33, 128, 300):
+                inner = compile_fn(run, "overlay")
+                compiled = marked
+                for m in (16, 2, 33, 128, 256):
                     x = torch.randn(m, sz(4096), device=DEV)
                     args = [x, *inputs[1:]]
                     c = compare(compiled(*args), run(*args), fn64(*[t.double() for t in args]), dtype)
@@ -499,6 +511,11 @@ def part_variants(budget_s: float) -> list[dict]:
         ((16, 4096, 4096), "swap 64x16", "template", (True, True), T(16, 64, 128, 8, 4, 5, True)),
         ((1, 4096, 4096), "default", "template", None, None),
         ((16, 11008, 4096), "BN32", "template", (True, True), T(16, 32, 128, 8, 4, 6)),
+        ((16, 1024, 4096), "default", "template", None, None),
+        ((16, 1024, 4096), "no split", "template", (True, True), T(16, 16, 128, 8, 4, 6)),
+        ((16, 1024, 4096), "BN32 split4", "template", (True, True), T(16, 32, 128, 8, 4, 6, False, 4)),
+        ((16, 4096, 4096), "BN64 split2", "template", (True, True), T(16, 64, 128, 8, 4, 5, False, 2)),
+        ((128, 4096, 4096), "128x128 split4", "template", (True, True), T(128, 128, 64, 8, 8, 3, False, 4)),
         ((128, 4096, 4096), "default", "template", None, None),
         ((128, 4096, 4096), "x pre-cast", "template", (False, True), None),
         ((128, 4096, 4096), "128x32 w4", "template", (True, True), T(128, 32, 64, 8, 4, 5)),

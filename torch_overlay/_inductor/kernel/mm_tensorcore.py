@@ -40,12 +40,12 @@ from torch._dynamo.utils import counters
 try:
     from torch._inductor import config as inductor_config, ir
     from torch._inductor.kernel.bmm import bmm_grid
-    from torch._inductor.kernel.mm_common import mm_grid
     from torch._inductor.kernel_inputs import MMKernelInputs
     from torch._inductor.lowering import expand, lowerings
     from torch._inductor.select_algorithm import (
         autotune_select_algorithm,
         realize_inputs,
+        SymbolicGridFn,
         TritonTemplate,
     )
     from torch._inductor.utils import load_template
@@ -87,8 +87,14 @@ def _template(name: str, grid: Any) -> TritonTemplate:
     return template
 
 
+@SymbolicGridFn
+def tensorcore_mm_grid(m, n, meta, *, cdiv):
+    """One program per tile and K split."""
+    return (cdiv(m, meta["BLOCK_M"]) * cdiv(n, meta["BLOCK_N"]), meta["SPLIT_K"], 1)
+
+
 # One jinja source (templates/tensorcore_mm.py.jinja) for both; they differ in grid.
-tensorcore_mm_template = _template("tensorcore_mm", mm_grid)
+tensorcore_mm_template = _template("tensorcore_mm", tensorcore_mm_grid)
 tensorcore_bmm_template = _template("tensorcore_bmm", bmm_grid)
 
 
@@ -303,11 +309,17 @@ def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
         None if bias_i is None else heuristics.Operand(
             int(hint(ir.sympy_product(args[bias_i].get_size()))), bias32 is not None, bias_shared),
     )
-    the_plan = heuristics.plan(problem, dev)
+    dynamic_m = not isinstance(m, int) and not getattr(m, "is_number", False)
+    if dynamic_m:
+        the_plan = heuristics.plan_dynamic_m(problem, dev, _m_max(m))
+    else:
+        the_plan = heuristics.plan(problem, dev)
     log.debug("tensorcore_mm: %s %s: %s", node, (batch, mh, nh, kh), the_plan.describe())
     if the_plan.path != "template":
         if the_plan.reason.startswith("smem"):
             raise _Decline("smem")
+        if the_plan.reason.startswith("dynamic M"):
+            raise _Decline("dynamic_m_range", fallback=False)
         raise _Decline("cost_model", fallback=False)
 
     a = a32 if the_plan.fused_a else a16
@@ -324,7 +336,9 @@ def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
     kernel_inputs = MMKernelInputs(inputs, scalars=scalars, out_dtype=dtype)
     template = tensorcore_bmm_template if batch_dims else tensorcore_mm_template
     name = f"tensorcore_{op}"
-    choices = V.choices.get_template_configs(kernel_inputs, [template], name)
+    # a symbolic M's config is the range's (plan_dynamic_m), not the size hint's
+    with heuristics.pinned(the_plan.config if dynamic_m else None):
+        choices = V.choices.get_template_configs(kernel_inputs, [template], name)
     if not choices:
         raise _Decline("no_config")
     if inductor_config.max_autotune or inductor_config.max_autotune_gemm:
@@ -334,6 +348,21 @@ def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
     # matmul_meta records the metadata of the IR a matmul lowers to
     meta_mod.attach_matmul_meta(result, node)
     return result
+
+
+# M up to which a plan for a symbolic M must hold up when M has no smaller bound
+DYNAMIC_M_CEILING = 8192
+
+
+def _m_max(m: Any) -> int:
+    """The largest M a symbolic M may take (``mark_dynamic(x, 0, max=...)`` bounds it)."""
+    try:
+        bound = V.graph.sizevars.shape_env.bound_sympy(m).upper
+        if bound.is_finite:
+            return min(DYNAMIC_M_CEILING, int(bound))
+    except Exception:  # no range known: the ceiling stands
+        log.debug("tensorcore_mm: no value range for %s", m, exc_info=True)
+    return DYNAMIC_M_CEILING
 
 
 def _stock_fn(op: str, dtype: torch.dtype, alpha: Any, beta: Any) -> Callable[..., Any]:

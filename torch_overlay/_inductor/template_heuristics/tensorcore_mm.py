@@ -61,7 +61,8 @@ from ..kernel.mm_tensorcore import (
 
 __all__ = [
     "DeviceModel", "Operand", "Problem", "TileConfig", "Plan",
-    "device_model", "select_configs", "predict", "plan", "forced", "DEVICE_MODELS",
+    "device_model", "select_configs", "predict", "plan", "plan_dynamic_m", "forced", "pinned",
+    "DEVICE_MODELS",
 ]
 
 FP32, HALF = 4, 2
@@ -156,6 +157,7 @@ class TileConfig:
     num_warps: int
     num_stages: int
     SWAP_AB: bool = False
+    SPLIT_K: int = 1
 
     def smem_bytes(self, a_size: int, b_size: int) -> int:
         """Shared memory Triton 3.6 allocates for this config, rounded up.
@@ -172,13 +174,30 @@ class TileConfig:
 
     def kwargs(self) -> dict[str, Any]:
         return dict(BLOCK_M=self.BLOCK_M, BLOCK_N=self.BLOCK_N, BLOCK_K=self.BLOCK_K,
-                    GROUP_M=self.GROUP_M, SWAP_AB=self.SWAP_AB,
+                    GROUP_M=self.GROUP_M, SWAP_AB=self.SWAP_AB, SPLIT_K=self.SPLIT_K,
                     num_warps=self.num_warps, num_stages=self.num_stages)
+
+    def workspace_bytes(self, m: Any, n: Any) -> Any:
+        """Split-K's workspace: fp32 partials of every tile, then a semaphore per tile."""
+        if self.SPLIT_K == 1:
+            return 0
+        grid_m, grid_n = _ceildiv(m, self.BLOCK_M), _ceildiv(n, self.BLOCK_N)
+        partials = self.SPLIT_K * grid_m * self.BLOCK_M * grid_n * self.BLOCK_N
+        return (partials + grid_m * grid_n) * FP32
 
     def __str__(self) -> str:
         swap = " swap" if self.SWAP_AB else ""
+        split = f" split{self.SPLIT_K}" if self.SPLIT_K > 1 else ""
         return (f"{self.BLOCK_M}x{self.BLOCK_N}x{self.BLOCK_K} g{self.GROUP_M} "
-                f"w{self.num_warps} s{self.num_stages}{swap}")
+                f"w{self.num_warps} s{self.num_stages}{swap}{split}")
+
+
+def _ceildiv(a: Any, b: int) -> Any:
+    if isinstance(a, int):
+        return -(-a // b)
+    from torch._inductor.utils import ceildiv
+
+    return ceildiv(a, b)
 
 
 def _pow2_at_least(x: int, lo: int, hi: int) -> int:
@@ -213,7 +232,7 @@ def select_configs(p: Problem, dev: DeviceModel, fused_a: bool, fused_b: bool,
     when only B is cast in the kernel SWAP_AB makes B wgmma's register operand.
     ``exhaustive`` (max-autotune) adds neighbouring configs.
     """
-    forced = _FORCED.get("config")
+    forced = _FORCED.get("config") or _FORCED.get("pinned")
     a_size = FP32 if fused_a else HALF
     b_size = FP32 if fused_b else HALF
     if forced is not None:
@@ -232,14 +251,20 @@ def select_configs(p: Problem, dev: DeviceModel, fused_a: bool, fused_b: bool,
                 block_n = w
                 break
         warps = 8 if block_m * block_n >= 128 * 64 else 4
-        base = TileConfig(block_m, block_n, block_k, GROUP_M=8, num_warps=warps, num_stages=6)
+        split = _split_k(p, dev, block_m, block_n, block_k)
+        base = TileConfig(block_m, block_n, block_k, GROUP_M=8, num_warps=warps, num_stages=6,
+                          SPLIT_K=split)
         variants = [base]
         if exhaustive:
             variants += [
                 dataclasses.replace(base, BLOCK_N=max(16, block_n // 2)),
                 dataclasses.replace(base, BLOCK_N=min(128, block_n * 2)),
                 dataclasses.replace(base, BLOCK_K=max(32, block_k // 2)),
-                dataclasses.replace(base, SWAP_AB=True, BLOCK_N=max(64, block_n)),
+                dataclasses.replace(base, SWAP_AB=True, SPLIT_K=1, BLOCK_N=max(64, block_n)),
+            ]
+            if p.batch == 1:
+                variants.append(dataclasses.replace(base, SPLIT_K=1 if base.SPLIT_K > 1 else 2))
+            variants += [
                 dataclasses.replace(base, num_warps=12 - warps),
             ]
         most = 6
@@ -265,6 +290,27 @@ def select_configs(p: Problem, dev: DeviceModel, fused_a: bool, fused_b: bool,
     return out
 
 
+MAX_SPLIT_K = 8
+MAX_SPLIT_PARTIALS = 8 << 20  # bytes of fp32 partials, zeroed with the semaphores each call
+
+
+def _split_k(p: Problem, dev: DeviceModel, block_m: int, block_n: int, block_k: int) -> int:
+    """Split K when the tiles alone would leave SMs idle (small M and N; not batched)."""
+    tiles = p.batch * math.ceil(max(1, p.m) / block_m) * math.ceil(p.n / block_n)
+    if p.batch != 1 or tiles >= 0.75 * dev.sm_count:
+        return 1
+    k_steps = math.ceil(p.k / block_k)
+    split = 1
+    while (split < MAX_SPLIT_K and tiles * split < 0.9 * dev.sm_count
+           and k_steps >= 4 * split * 2):  # at least 4 steps of K per split
+        split *= 2
+    cfg = TileConfig(block_m, block_n, block_k, 8, 4, 2, SPLIT_K=split)
+    while split > 1 and cfg.workspace_bytes(p.m, p.n) > MAX_SPLIT_PARTIALS:
+        split //= 2
+        cfg = dataclasses.replace(cfg, SPLIT_K=split)
+    return split
+
+
 # What tools/check_tensorcore_mm.py forces to measure alternatives: see ``forced``.
 _FORCED: dict[str, Any] = {}
 
@@ -277,6 +323,8 @@ def forced(path: Optional[str] = None, fused: Optional[tuple[bool, bool]] = None
     cache keys do not cover this."""
     saved = dict(_FORCED)
     _FORCED.update(path=path, fused=fused, config=config)
+    if config is not None:
+        _FORCED["pinned"] = None
     try:
         yield
     finally:
@@ -328,7 +376,13 @@ def _template_terms(p: Problem, dev: DeviceModel, fused_a: bool, fused_b: bool,
         l2 += op.numel * size * reads
     if p.bias is not None:
         dram += p.bias.numel * (FP32 if p.bias.castable else HALF)
-    util = min(1.0, _tiles(p, config) / (0.75 * dev.sm_count))
+    overhead = dev.kernel_overhead
+    ws = config.workspace_bytes(p.m, p.n)
+    if ws:  # partials written and read once; the workspace zeroed by one more launch
+        dram += 2 * ws
+        l2 += 2 * ws
+        overhead += dev.kernel_overhead + ws / dev.copy_bw
+    util = min(1.0, _tiles(p, config) * config.SPLIT_K / (0.75 * dev.sm_count))
     if fused_a and fused_b:
         eff = dev.eff_cast_smem
     elif fused_a or fused_b:
@@ -339,7 +393,7 @@ def _template_terms(p: Problem, dev: DeviceModel, fused_a: bool, fused_b: bool,
         eff = dev.eff_16bit
     return dict(casts=casts, compute=p.flops / (dev.mm_flops * eff),
                 dram=dram / (dev.copy_bw * dev.stream * util), l2=l2 / dev.l2_rate,
-                overhead=dev.kernel_overhead)
+                overhead=overhead)
 
 
 def predict(p: Problem, dev: DeviceModel, fused_a: Optional[bool] = None,
@@ -402,11 +456,49 @@ def plan(p: Problem, dev: DeviceModel) -> Plan:
     return Plan("stock", "cost model: no clear win", predictions=tuple(preds))
 
 
+def plan_dynamic_m(p: Problem, dev: DeviceModel, m_max: int,
+                   tolerance: float = 1.25) -> Plan:
+    """The plan for a symbolic M: one kernel serves every M up to ``m_max``.
+
+    Among the configs for the size hint (``p.m``) and for ``m_max``, the one whose
+    worse end is best: at the hint the template must win by the usual margin, at
+    ``m_max`` it may be at most ``tolerance`` times slower than the stock path
+    (a decode-shaped tile running a prefill would be far slower: then stock).
+    """
+    base = plan(p, dev)
+    if base.path != "template" or m_max <= p.m or _FORCED.get("path"):
+        return base
+    scale = m_max / max(1, p.m)
+    big = dataclasses.replace(p, m=m_max, a=dataclasses.replace(p.a, numel=int(p.a.numel * scale)))
+    fa, fb = base.fused_a, base.fused_b
+    stock_small, stock_big = predict(p, dev), predict(big, dev)
+    best, best_worst = None, math.inf
+    for cfg in select_configs(p, dev, fa, fb) + select_configs(big, dev, fa, fb):
+        small = predict(p, dev, fa, fb, cfg) / (stock_small * (1.0 - dev.margin))
+        large = predict(big, dev, fa, fb, cfg) / (stock_big * tolerance)
+        if max(small, large) < best_worst:
+            best, best_worst = cfg, max(small, large)
+    if best is None or best_worst > 1.0:
+        return Plan("stock", f"dynamic M up to {m_max}: no config holds up", predictions=base.predictions)
+    return dataclasses.replace(base, config=best, reason=f"dynamic M up to {m_max}")
+
+
+@contextlib.contextmanager
+def pinned(config: Optional[TileConfig]) -> Iterator[None]:
+    """The lowering's chosen config, for the heuristic to yield (dynamic M)."""
+    saved = _FORCED.get("pinned")
+    _FORCED["pinned"] = config
+    try:
+        yield
+    finally:
+        _FORCED["pinned"] = saved
+
+
 def _hint(x: Any) -> int:
     return int(V.graph.sizevars.optimization_hint(x))
 
 
-def problem_of(kernel_inputs: MMKernelInputs, op: str) -> Problem:
+def problem_of(kernel_inputs: MMKernelInputs, op: str = "mm") -> Problem:
     """The Problem of the template's inputs (fp32 inputs are the operands cast in it)."""
     mat1, mat2 = kernel_inputs.mat1mat2()
     m, n, k = (_hint(s) for s in kernel_inputs.mnk_symbolic())
@@ -435,23 +527,26 @@ class TensorCoreMMTemplateConfigHeuristic(TemplateConfigHeuristics):
     def _get_template_configs_impl(
         self, kernel_inputs: KernelInputs, op_name: str
     ) -> Iterator[dict[str, Any]]:
-        import torch._inductor.config as inductor_config
-
         assert isinstance(kernel_inputs, MMKernelInputs)
         dev = current_device_model(kernel_inputs)
         if dev is None:
             return
-        mat1, mat2 = kernel_inputs.mat1mat2()
-        problem = problem_of(kernel_inputs, op_name)
-        exhaustive = bool(inductor_config.max_autotune or inductor_config.max_autotune_gemm)
         k = kernel_inputs.mnk_symbolic()[2]
-        for cfg in select_configs(problem, dev, problem.a.fp32_source, problem.b.fp32_source,
-                                  exhaustive=exhaustive):
+        for cfg in self._configs(kernel_inputs, dev):
             yield dict(
                 cfg.kwargs(),
                 EVEN_K=V.graph.sizevars.statically_known_true(sympy_mod(k, cfg.BLOCK_K) == 0),
                 ACC_TYPE="tl.float32",
             )
+
+    @staticmethod
+    def _configs(kernel_inputs: MMKernelInputs, dev: DeviceModel) -> list[TileConfig]:
+        import torch._inductor.config as inductor_config
+
+        problem = problem_of(kernel_inputs)
+        exhaustive = bool(inductor_config.max_autotune or inductor_config.max_autotune_gemm)
+        return select_configs(problem, dev, problem.a.fp32_source, problem.b.fp32_source,
+                              exhaustive=exhaustive)
 
     def get_extra_kwargs(self, kernel_inputs: KernelInputs, op_name: str) -> dict[str, Any]:
         assert isinstance(kernel_inputs, MMKernelInputs)
@@ -460,7 +555,21 @@ class TensorCoreMMTemplateConfigHeuristic(TemplateConfigHeuristics):
         alpha = kernel_inputs._scalars.get("alpha", 1)
         beta = kernel_inputs._scalars.get("beta", 1)
         dot_dtype = {torch.bfloat16: "tl.bfloat16", torch.float16: "tl.float16"}[out_dtype]
+        extra: dict[str, Any] = {}
+        dev = current_device_model(kernel_inputs)
+        if dev is not None:
+            m, n, _ = kernel_inputs.mnk_symbolic()
+            workspace = max((cfg.workspace_bytes(m, n) for cfg in self._configs(kernel_inputs, dev)),
+                            key=lambda b: V.graph.sizevars.optimization_hint(b), default=0)
+            if workspace:
+                from torch._inductor.codegen.common import WorkspaceArg, WorkspaceZeroMode
+
+                # the semaphores must start at zero
+                extra["workspace_arg"] = WorkspaceArg(
+                    count=workspace, zero_mode=WorkspaceZeroMode.ZERO_ON_CALL,
+                    device=kernel_inputs.device(), outer_name=WorkspaceArg.unique_name())
         return {
+            **extra,
             "BATCHED": len(kernel_inputs.mat1mat2()[0].get_size()) == 3,
             "DOT_DTYPE": dot_dtype,
             "epilogue_fn": tensorcore_epilogue(out_dtype, alpha, beta, has_bias),
