@@ -562,7 +562,9 @@ def part_variants(budget_s: float) -> list[dict]:
         ((1024, 4096, 4096), "w fused, no swap", "template", (False, True), T(128, 128, 64, 8, 8, 4)),
         ((1024, 4096, 4096), "both fused", "template", (True, True), T(128, 128, 64, 8, 8, 3)),
         ((1024, 4096, 4096), "both 64x128", "template", (True, True), T(64, 128, 64, 8, 4, 4)),
+        ((1024, 4096, 4096), "w fused, swap 256", "template", (False, True), T(256, 128, 64, 8, 8, 3, True)),
         ((2048, 4096, 4096), "w fused, swap", "template", (False, True), T(128, 128, 64, 8, 8, 4, True)),
+        ((2048, 4096, 4096), "w fused, swap 256", "template", (False, True), T(256, 128, 64, 8, 8, 3, True)),
     ]
     fn = linear_fn()
     results = []
