@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU half of the test suite, run on the H200 machine from the repo root:
-#   bash tools/h200_check.sh [pytest args...]
+#   bash tools/h200_check.sh [pytest args and test files; default: test/]
 # The same tests as CI, now against the real GPU: goldens generated on the device must
 # equal the GPU-free ones (test_harness checks fake == real byte for byte), and the
 # GPU-only correctness tests run. expecttest is not in that machine's image: carry its
@@ -20,5 +20,5 @@ python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null || exit
     python3 -c "import torch, triton; print('torch', torch.__version__, torch.version.git_version, 'cuda', torch.version.cuda, 'triton', triton.__version__)"
     git rev-parse --short HEAD 2>/dev/null || true
 } | tee "$out/env.txt"
-python3 -m pytest test/ -q -rs -p no:cacheprovider "$@" 2>&1 | tee "$out/pytest.log"
+python3 -m pytest -rs -p no:cacheprovider "${@:-test/}" 2>&1 | tee "$out/pytest.log"
 exit "${PIPESTATUS[0]}"
