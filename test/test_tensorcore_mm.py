@@ -481,6 +481,15 @@ class TestTensorCoreMMFallback(TensorCoreMMTestCase):
         code = self.cuda_code(linear(), torch.randn(16, 64, dtype=BF16), torch.randn(32, 64, dtype=BF16))
         self.assertStock(code, "tensorcore_mm_stock:no_fp32_operand")
 
+    def test_zero_alpha_or_beta(self):
+        # beta=0 ignores the input, NaNs included; alpha=0 the product: stock does that
+        def fn(c, x, w):
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                return torch.addmm(c, x, w.t(), beta=0.0) + torch.addmm(c, x, w.t(), alpha=0.0)
+
+        code = self.cuda_code(fn, torch.randn(16, 32), torch.randn(16, 64), torch.randn(32, 64))
+        self.assertStock(code, "tensorcore_mm_fallback:arguments")
+
     def test_cpu_autocast_runs_stock(self):
         def fn(x, w):
             with torch.autocast("cpu", dtype=torch.bfloat16):

@@ -19,9 +19,22 @@ fit shared memory, an internal error) goes to the stock lowering, counted in
 debug level. fp32 matmuls outside autocast always take the stock path, which uses
 tensor cores (TF32) only as ``torch.backends.cuda.matmul`` allows.
 
+Where M and N are so small that the tiles leave SMs idle, K is split: the last
+program of a tile adds the fp32 partials in split order (deterministic) and runs
+the fused epilogue. A symbolic M gets one kernel for its whole range: the config
+is chosen over the range, and an M without a bound (``mark_dynamic(x, 0,
+max=...)``) keeps the stock path, since a decode-shaped kernel would also run
+every prefill.
+
 Under max-autotune the template's configs are autotuned against the stock path
 expressed as a subgraph of the same fp32 inputs (cast + aten matmul), so the
 separate casts are timed too.
+
+Layout, as upstream: this module is the lowering and the templates (as
+kernel/mm.py is for ``mm_template``; a new file rather than an edit of mm.py,
+since ``tuned_mm`` stays as it is and is only wrapped), the kernel source is
+templates/tensorcore_mm.py.jinja, and the configs and cost model are
+template_heuristics/tensorcore_mm.py, registered with ``register_template_heuristic``.
 
 The lowering hooks wrap whatever ``lowerings[aten.mm]`` etc. held before (upstream's
 ``tuned_mm``, or another overlay's wrapper of it) and call it for every matmul they
@@ -61,7 +74,6 @@ from ..fx_passes import matmul_meta  # the overlay this one requires: registered
 
 log = logging.getLogger(__name__)
 aten = torch.ops.aten
-prims = torch.ops.prims
 
 OVERLAY_NAME = "tensorcore_mm"
 COUNTER = "torch_overlay"
@@ -131,7 +143,7 @@ _VIEW_OPS = {
     aten._unsafe_view.default, aten.reshape.default, aten.expand.default,
     aten.unsqueeze.default, aten.squeeze.dim, aten.alias.default,
 }
-# (op, template op name, index of the bias or None, indices of mat1 and mat2)
+# aten op -> (op name, index of the bias or None, indices of mat1 and mat2)
 _OPS: dict[Any, tuple[str, Optional[int], int, int]] = {
     aten.mm.default: ("mm", None, 0, 1),
     aten.addmm.default: ("addmm", 0, 1, 2),
@@ -258,6 +270,9 @@ def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
         raise _Decline("not_the_graph_node", fallback=False)
     unknown = set(kwargs) - {"alpha", "beta"}
     if unknown or len(args) != (3 if bias_i is not None else 2):
+        raise _Decline("arguments")
+    if kwargs.get("alpha", 1) == 0 or kwargs.get("beta", 1) == 0:
+        # a zero factor ignores its operand, NaNs included: the stock path does that
         raise _Decline("arguments")
     meta_mod = matmul_meta
     meta = meta_mod.get_matmul_meta(node)
