@@ -434,7 +434,9 @@ def main(argv: list[str] | None = None) -> int:
         doc = read_json(args.report)
         print(write_plot(doc, args.report.parent / PLOT_NAME), file=sys.stderr)
         plot = args.report.parent / PLOT_NAME
-        print(render_markdown(doc, str(plot) if plot.exists() else None))
+        notes = args.report.with_name("NOTES.md")
+        print(render_markdown(doc, str(plot) if plot.exists() else None,
+                              notes.read_text() if notes.exists() else None))
         return 0
     cases = select_cases(args)
     modes = args.modes or (list(QUICK_MODES) if args.quick else list(MODES))

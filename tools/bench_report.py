@@ -250,8 +250,10 @@ call after `torch._dynamo.reset()` in a fresh cache directory per mode. A `-` is
 mode not run: max-autotune runs on the issue's shape sets unless `--max-autotune all`."""
 
 
-def render_markdown(doc: dict | None, plot_link: str | None = None) -> str:
-    """BENCHMARKS.md from a results document; with None, the skeleton to be filled."""
+def render_markdown(doc: dict | None, plot_link: str | None = None,
+                    notes: str | None = None) -> str:
+    """BENCHMARKS.md from a results document; with None, the skeleton to be filled.
+    ``notes``: a person's reading of this run (NOTES.md beside the JSON), placed first."""
     env = (doc or {}).get("env", {})
     ceilings = (doc or {}).get("ceilings")
     todo = "_to be filled: run the command above_"
@@ -272,7 +274,10 @@ def render_markdown(doc: dict | None, plot_link: str | None = None) -> str:
            "Every number is in `tools/bench_results/bench.json`; this page is rendered from it "
            "by `python tools/bench.py --report tools/bench_results/bench.json > BENCHMARKS.md`. "
            "A full run takes about 6 minutes on an H200; `--quick` checks the tool in under one.",
-           "", "## How to read these tables", "", READING, "",
+           ""]
+    if notes:
+        out += [notes.strip(), ""]
+    out += ["## How to read these tables", "", READING, "",
            "## Ceilings, measured in the same run", ""]
     if ceilings:
         out += [f"- device copy: {ceilings['copy_GBps'] / 1e3:.2f} TB/s (bytes read + written)",
