@@ -21,6 +21,17 @@ def upstream_codegen(x):
 UPSTREAM_TABLE = {"mm": upstream_lowering}
 
 
+class Base:
+    def _describe(self):
+        return "base"
+
+    describe = _describe
+
+
+class Child(Base):
+    pass
+
+
 def toy_overlay(name, *hooks, validated=None, requires=()):
     hooks = hooks or (Hook(owner=__name__, attr="upstream_lowering",
                            build=lambda original: lambda x: original(x) * 10),)
@@ -172,6 +183,28 @@ class TestRegistry(TestCase):
         self.assertNotEqual(hooked.uuid(), key_a)  # the enabled set is in the key
         torch_overlay.disable()
         self.assertIs(inductor_config.post_grad_custom_post_pass, user_pass)
+
+    def test_depends_on_fingerprints_without_patching(self):
+        hook = Hook.depends_on(f"{__name__}.upstream_codegen")
+        self.toy("toy_dep", hook)
+        torch_overlay.enable("toy_dep")
+        self.assertIs(globals()["upstream_codegen"], self.originals[1])
+        self.assertEqual(REGISTRY.check("toy_dep")[0].target, f"{__name__}.upstream_codegen")
+        torch_overlay.disable()
+
+    def test_inherited_attribute_is_removed_not_shadowed(self):
+        hook = Hook(owner=f"{__name__}.Child", attr="describe",
+                    build=lambda original: lambda self: "patched")
+        self.toy("toy_inherited", hook)
+        torch_overlay.enable("toy_inherited")
+        self.assertEqual(Child().describe(), "patched")
+        torch_overlay.disable()
+        self.assertNotIn("describe", vars(Child))
+        Base.describe = lambda self: "base, later patched"  # still reaches the child
+        try:
+            self.assertEqual(Child().describe(), "base, later patched")
+        finally:
+            Base.describe = Base._describe
 
     def test_status_lists_every_declared_overlay(self):
         self.toy("toy_a")

@@ -34,10 +34,22 @@ class Hook:
 
     owner: str
     attr: str | None = None
-    build: Callable[[Any], Any] = dataclasses.field(default=lambda original: original, compare=False)
+    # None: patch nothing, only fingerprint upstream code the overlay relies on
+    build: Callable[[Any], Any] | None = dataclasses.field(default=None, compare=False)
     key: Callable[[], Any] | None = dataclasses.field(default=None, compare=False)
     key_repr: str | None = None
     fingerprint: str | None = None
+
+    @classmethod
+    def depends_on(cls, path: str) -> "Hook":
+        """No patch: drift in the upstream object at ``path`` refuses the overlay like
+        drift in a patched one."""
+        owner, attr = path.rsplit(".", 1)
+        return cls(owner=owner, attr=attr)
+
+    @property
+    def patches(self) -> bool:
+        return self.build is not None
 
     @property
     def target(self) -> str:
@@ -54,12 +66,27 @@ class Hook:
             return owner[self.key()]
         return getattr(owner, self.attr)
 
+    def own(self) -> bool:
+        """Whether the owner holds the target itself (not through a base class)."""
+        owner = self.resolve_owner()
+        if self.key is not None:
+            return self.key() in owner
+        return self.attr in vars(owner)
+
     def set(self, value: Any) -> None:
         owner = self.resolve_owner()
         if self.key is not None:
             owner[self.key()] = value
         else:
             setattr(owner, self.attr, value)
+
+    def restore(self, original: Any, was_own: bool) -> None:
+        if was_own:
+            self.set(original)
+        elif self.key is not None:
+            del self.resolve_owner()[self.key()]
+        else:  # it was inherited: our patch must not stay as a shadowing entry
+            delattr(self.resolve_owner(), self.attr)
 
     def upstream_source(self) -> str:
         obj = resolve(self.fingerprint) if self.fingerprint else self.get()
@@ -127,8 +154,8 @@ class FingerprintCheck:
 class Registry:
     def __init__(self) -> None:
         self._overlays: dict[str, Overlay] = {}
-        # name -> [(hook, original object)] for enabled overlays, in enable order
-        self._active: dict[str, list[tuple[Hook, Any]]] = {}
+        # name -> [(hook, original object, owner held it itself)] of enabled overlays
+        self._active: dict[str, list[tuple[Hook, Any, bool]]] = {}
         self._refused: dict[str, str] = {}
         self._pass_originals: dict[str, Any] = {}
         self._lock = threading.RLock()
@@ -218,21 +245,23 @@ class Registry:
             )
             self._refused[overlay.name] = reason
             raise OverlayError(reason)
-        done: list[tuple[Hook, Any]] = []
+        done: list[tuple[Hook, Any, bool]] = []
         try:
             for hook in overlay.hooks:
+                if not hook.patches:
+                    continue
                 try:
-                    original = hook.get()
+                    original, was_own = hook.get(), hook.own()
                     hook.set(hook.build(original))
                 except Exception as e:
                     raise OverlayError(
                         f"overlay {overlay.name!r}: failed to patch {hook.target}: "
                         f"{type(e).__name__}: {e}"
                     ) from e
-                done.append((hook, original))
+                done.append((hook, original, was_own))
         except BaseException:
-            for hook, original in reversed(done):
-                hook.set(original)
+            for hook, original, was_own in reversed(done):
+                hook.restore(original, was_own)
             raise
         self._refused.pop(overlay.name, None)
         self._active[overlay.name] = done
@@ -251,8 +280,8 @@ class Registry:
                 targets |= dependants
             for name in reversed(list(self._active)):  # undo in reverse enable order
                 if name in targets:
-                    for hook, original in reversed(self._active.pop(name)):
-                        hook.set(original)
+                    for hook, original, was_own in reversed(self._active.pop(name)):
+                        hook.restore(original, was_own)
                     log.debug("disabled overlay %s", name)
             self._sync_pass_hooks()
 

@@ -387,21 +387,16 @@ def gelu_add_pass(graph: torch.fx.Graph) -> None:
             counters[COUNTERS]["gelu_add_matched"] += 1
 
 
-def _unchanged(original: Any) -> Any:
-    return original
-
-
-# Nothing is patched: these hooks put back the same object and exist to fingerprint
-# the upstream code the pass relies on.
+# Nothing is patched: these hooks fingerprint the upstream code the pass relies on.
 _DEPENDS_ON = (
     # the decomposed form the patterns match, constants included
-    Hook(owner="torch._refs.nn.functional", attr="gelu", build=_unchanged),
+    Hook.depends_on("torch._refs.nn.functional.gelu"),
     # replacement node: target partial(handler, match), meta of the matched output
-    Hook(owner="torch._inductor.pattern_matcher.LoweringPatternEntry", attr="apply", build=_unchanged),
+    Hook.depends_on("torch._inductor.pattern_matcher.LoweringPatternEntry.apply"),
     # the passthrough of that target at lowering time
-    Hook(owner="torch._inductor.graph.GraphLowering", attr="call_function", build=_unchanged),
+    Hook.depends_on("torch._inductor.graph.GraphLowering.call_function"),
     # kernel names from the origins' original_aten
-    Hook(owner="torch._inductor.utils", attr="get_fused_kernel_name", build=_unchanged),
+    Hook.depends_on("torch._inductor.utils.get_fused_kernel_name"),
 )
 
 OVERLAY = REGISTRY.register(

@@ -461,22 +461,16 @@ def _hook(target: Any, key_repr: str, upstream: str) -> Hook:
     )
 
 
-def _depends_on(owner: str, attr: str) -> Hook:
-    """No patch: fingerprints an upstream function this overlay relies on, so that
-    drift in it refuses the overlay like drift in a patched one."""
-    return Hook(owner=owner, attr=attr, build=lambda original: original)
-
-
 HOOKS = (
     _hook(aten.mm.default, "aten.mm.default", "torch._inductor.kernel.mm.tuned_mm"),
     _hook(aten.addmm.default, "aten.addmm.default", "torch._inductor.kernel.mm.tuned_addmm"),
     _hook(aten.bmm.default, "aten.bmm.default", "torch._inductor.kernel.bmm.tuned_bmm"),
     _hook(aten.baddbmm.default, "aten.baddbmm.default", "torch._inductor.kernel.bmm.tuned_baddbmm"),
     # the epilogue's rounding reaches fused epilogues through store_output's store cache
-    _depends_on("torch._inductor.select_algorithm.TritonTemplateKernel", "store_output"),
-    _depends_on("torch._inductor.select_algorithm.TritonTemplateKernel", "load_input"),
+    Hook.depends_on("torch._inductor.select_algorithm.TritonTemplateKernel.store_output"),
+    Hook.depends_on("torch._inductor.select_algorithm.TritonTemplateKernel.load_input"),
     # op names other than mm/addmm get a fixed output layout outside max-autotune
-    _depends_on("torch._inductor.choices.InductorChoices", "_need_to_fix_layout"),
+    Hook.depends_on("torch._inductor.choices.InductorChoices._need_to_fix_layout"),
 )
 
 OVERLAY = REGISTRY.get(OVERLAY_NAME) if OVERLAY_NAME in REGISTRY.names else REGISTRY.register(Overlay(
