@@ -51,7 +51,10 @@ def enable_matmul_meta_only(test):
     torch_overlay.disable()
     torch_overlay.enable(["matmul_meta"])
     # another overlay on the same lowerings would change the code these tests check
-    test.assertEqual(REGISTRY.enabled(), ["matmul_meta"])
+    # (under TORCH_OVERLAY_DISABLE=1 the patched upstream sources act instead:
+    # tools/export_patches.py --check)
+    if not torch_overlay.killed():
+        test.assertEqual(REGISTRY.enabled(), ["matmul_meta"])
 
 
 def dtype_name(dtype):

@@ -24,11 +24,13 @@ __version__ = "0.1.0"
 
 log = logging.getLogger("torch_overlay")
 
-# One module per overlay, at the path of the upstream module it would become.
+# One module per overlay, at the path of the upstream module it would become, in
+# dependency order: also the order of the exported patch series (patches/), whose
+# every prefix reproduces the goldens of its last overlay.
 OVERLAY_MODULES: tuple[str, ...] = (
-    "torch_overlay._inductor.fx_passes.gelu_add",
     "torch_overlay._inductor.fx_passes.matmul_meta",
     "torch_overlay._inductor.kernel.mm_tensorcore",
+    "torch_overlay._inductor.fx_passes.gelu_add",
 )
 
 SUPPORTED_TORCH = ("2.11",)

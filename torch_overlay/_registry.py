@@ -106,6 +106,9 @@ class Overlay:
     # graph passes run from Inductor's post-grad custom pass hooks
     post_grad_pre_passes: tuple[Callable[[Any], None], ...] = ()
     post_grad_post_passes: tuple[Callable[[Any], None], ...] = ()
+    # motivation and measured figures: the body of the exported upstream patch
+    # (tools/export_patches.py); figures only from BENCHMARKS.md / bench_results
+    pr_body: str = ""
 
 
 def resolve(path: str) -> Any:

@@ -329,7 +329,7 @@ def compute_matmul_meta(node: torch.fx.Node) -> MatmulMeta:
 
 
 def _enabled() -> bool:
-    return OVERLAY_NAME in REGISTRY.enabled()
+    return OVERLAY_NAME in REGISTRY.enabled()  # upstream: True
 
 
 def get_matmul_meta(node: torch.fx.Node) -> Optional[MatmulMeta]:
@@ -736,7 +736,8 @@ def _lowering_hook(target: Any, key_repr: str, upstream: str) -> Hook:
         owner="torch._inductor.lowering.lowerings",
         key=lambda: target,
         key_repr=key_repr,
-        build=lambda original: _wrap_lowering(target, original),
+        # named, so the exported activation line can call it: _wrap_lowering(target, original)
+        build=functools.partial(_wrap_lowering, target),
         fingerprint=upstream,
     )
 
@@ -782,4 +783,23 @@ OVERLAY = REGISTRY.get(OVERLAY_NAME) if OVERLAY_NAME in REGISTRY.names else REGI
     }},
     modules=(__name__,),
     post_grad_pre_passes=(annotate_matmuls,),
+    pr_body="""\
+Under torch.compile, AOTAutograd applies autocast before Inductor sees the graph:
+the post-grad graph holds only convert_element_type casts in front of aten.mm,
+the same graph as an explicit x.to(torch.bfloat16), and the autocast state is off
+while Inductor lowers. A lowering or a template cannot tell an autocast matmul
+from a user cast, so it cannot pick a kernel that does autocast's casts itself.
+
+This carries the user's torch.autocast regions down to codegen: a pre-grad pass
+marks every node with the autocast state it runs under (node.meta["custom"], which
+AOTAutograd copies to the aten nodes, forward and backward), a post-grad pass
+attaches a MatmulMeta (autocast dtype, source, operand dtypes before and after the
+casts, accumulate dtype, tensor-core eligibility) to each mm/addmm/bmm/baddbmm,
+the lowerings carry it to the IR node, the wrapper prints one comment per matmul,
+and the FX graph cache key covers the region marks (an autocast cast and a user
+cast are otherwise the same graph). Kernels are unchanged: only comments differ
+from stock (test_autocast_linear checks this).
+
+Measured: no kernel change, so no speed change; it is the metadata the
+tensorcore_mm lowering (next patch) decides by.""",
 ))

@@ -456,7 +456,8 @@ def _hook(target: Any, key_repr: str, upstream: str) -> Hook:
         owner="torch._inductor.lowering.lowerings",
         key=lambda: target,
         key_repr=key_repr,
-        build=lambda original: make_lowering(target, original),
+        # named, so the exported activation line can call it: make_lowering(target, original)
+        build=functools.partial(make_lowering, target),
         fingerprint=upstream,
     )
 
@@ -489,6 +490,29 @@ OVERLAY = REGISTRY.get(OVERLAY_NAME) if OVERLAY_NAME in REGISTRY.names else REGI
     }},
     requires=("matmul_meta",),
     modules=(__name__, "torch_overlay._inductor.template_heuristics.tensorcore_mm"),
+    pr_body="""\
+Under torch.autocast, Inductor lowers F.linear of fp32 tensors to one cast kernel
+per operand and a 16-bit cuBLAS GEMM: prologue fusion refuses fp32 -> 16-bit
+downcasts by design. At decode sizes those launches and the extra round trip of
+the weight through memory dominate.
+
+This adds a TritonTemplate (kernel/templates/tensorcore_mm.py.jinja) that loads
+the fp32 operands, rounds them to the autocast dtype in registers, runs tl.dot
+with fp32 accumulation and rounds the result (after the bias, as cuBLAS does)
+before any epilogue reads it: eager autocast's numerics. Epilogues fuse into it.
+A per-operand cost model (template_heuristics/tensorcore_mm.py) chooses it only
+where it is predicted to win; elsewhere the stock lowering runs. Small M and N
+split K with a deterministic reduction; a bounded symbolic M gets one kernel.
+
+Measured on an H200 (torch 2.11.0+cu130, triton 3.6.0; BENCHMARKS.md,
+2026-11-21, and tools/check_tensorcore_mm.py the same day):
+- 16x4096x4096 bf16 autocast: the template takes 0.028 ms of GPU time (CUDA graph
+  replay) against 0.050-0.057 ms for stock's casts + cuBLAS, about 1.9x.
+- Calls without CUDA graphs at M <= 128: median 2.57x of stock (M=1: 2.57x,
+  M=16: 2.57x, M=128: 2.44x, 16x11008: 1.42x), mostly launches saved.
+- M=1024: 1.03x (the cost model keeps cuBLAS); M >= 2048: 1.00-1.06x.
+- Against stock max-autotune it still loses at M=1 (0.47x) and M=16 (0.77x).
+Experimental: not all speed targets are met yet.""",
 ))
 
 # registers the config heuristic of the templates (it imports the templates above)
