@@ -31,15 +31,18 @@ from torch._inductor.utils import run_and_get_code
 from torch.testing._internal.common_utils import instantiate_parametrized_tests, parametrize
 
 import torch_overlay
-from torch_overlay._inductor.fx_passes import matmul_meta
 from torch_overlay._registry import REGISTRY
-from torch_overlay._inductor.fx_passes.matmul_meta import (
-    cast_source,
-    get_matmul_meta,
-    MATMUL_META_KEY,
-    MatmulMeta,
-    recent_matmul_metas,
-)
+
+if torch_overlay.killed():
+    # overlays off: the patched upstream module acts (tools/export_patches.py --check)
+    from torch._inductor.fx_passes import matmul_meta
+else:
+    from torch_overlay._inductor.fx_passes import matmul_meta
+cast_source = matmul_meta.cast_source
+get_matmul_meta = matmul_meta.get_matmul_meta
+MATMUL_META_KEY = matmul_meta.MATMUL_META_KEY
+MatmulMeta = matmul_meta.MatmulMeta
+recent_matmul_metas = matmul_meta.recent_matmul_metas
 from torch_overlay.testing import get_code
 from torch_overlay.testing.golden import GoldenMixin, GRAPH_SEPARATOR, normalize
 

@@ -596,7 +596,8 @@ def run_goldens(pythonpath: pathlib.Path, node_ids: list[str], cache: pathlib.Pa
     where = probe.stdout.strip()
     if probe.returncode != 0 or not where.startswith(str(pythonpath)):
         return False, f"the patched torch does not import from {pythonpath}: {where}\n{probe.stderr[-3000:]}"
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *node_ids],
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "--show-capture=no", "--tb=short", *node_ids],
                           cwd=REPO, env=env, text=True, capture_output=True)
     return proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
 
