@@ -359,9 +359,11 @@ def overlay_tests(name: str) -> tuple[dict[str, str], list[str]]:
     for expect in sorted((REPO / "test" / "expect").glob("*.expect")):
         cls, _, rest = expect.name.partition(".")
         if cls in classes:
-            files[f"test/inductor/expect/{expect.name}"] = expect.read_text()
+            # FX graph comments name the overlay's module: the same mechanical rewrite
+            files[f"test/inductor/expect/{expect.name}"] = expect.read_text().replace(
+                "torch_overlay._inductor.", "torch._inductor.")
             test_name = rest[: -len(".expect")].split("-")[0]
-            node = f"test/test_{name}.py::{cls}::{test_name}"
+            node = f"test/inductor/test_{name}.py::{cls}::{test_name}"
             if node not in golden:
                 golden.append(node)
     return files, golden
@@ -584,7 +586,9 @@ def patched_torch(tree: pathlib.Path, changed: Iterable[str], dest: pathlib.Path
     return dest
 
 
-def run_goldens(pythonpath: pathlib.Path, node_ids: list[str], cache: pathlib.Path) -> tuple[bool, str]:
+def run_goldens(pythonpath: pathlib.Path, node_ids: list[str], cache: pathlib.Path,
+                tree: pathlib.Path = REPO) -> tuple[bool, str]:
+    """The upstream-shaped tests of the patched tree (test/inductor/), against its goldens."""
     env = dict(os.environ)
     env.update(TORCH_OVERLAY_DISABLE="1", PYTHONPATH=os.pathsep.join(
         [str(pythonpath), str(REPO)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])),
@@ -597,8 +601,8 @@ def run_goldens(pythonpath: pathlib.Path, node_ids: list[str], cache: pathlib.Pa
     if probe.returncode != 0 or not where.startswith(str(pythonpath)):
         return False, f"the patched torch does not import from {pythonpath}: {where}\n{probe.stderr[-3000:]}"
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           "--show-capture=no", "--tb=short", *node_ids],
-                          cwd=REPO, env=env, text=True, capture_output=True)
+                           "--show-capture=no", "--tb=short", "--rootdir", str(tree), *node_ids],
+                          cwd=tree, env=env, text=True, capture_output=True)
     return proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
 
 
@@ -646,7 +650,7 @@ def check(run_tests: bool = True) -> int:
                 continue
             changed = git(tree, "diff", "--name-only", "HEAD~%d" % (i + 1), "HEAD").stdout.split()
             site = patched_torch(tree, changed, tmp / f"site_{i}")
-            passed, output = run_goldens(site, overlay.golden_ids, tmp / f"cache_{i}")
+            passed, output = run_goldens(site, overlay.golden_ids, tmp / f"cache_{i}", tree)
             status = "reproduced" if passed else "FAILED"
             print(f"[check] goldens of {overlay.name} against patches 1-{i + 1}, overlays off "
                   f"(TORCH_OVERLAY_DISABLE=1): {len(overlay.golden_ids)} tests {status} "
