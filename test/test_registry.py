@@ -206,6 +206,13 @@ class TestRegistry(TestCase):
         finally:
             Base.describe = Base._describe
 
+    def test_overlays_listed_in_module_order_not_import_order(self):
+        # pytest imports test_gelu_add.py (and so gelu_add) before the others
+        names = torch_overlay.load_overlays()
+        REGISTRY.order_by_modules(reversed(torch_overlay.OVERLAY_MODULES))
+        self.assertEqual(REGISTRY.names[:len(names)], names[::-1])
+        self.assertEqual(torch_overlay.load_overlays(), names)
+
     def test_status_lists_every_declared_overlay(self):
         self.toy("toy_a")
         status = torch_overlay.status()

@@ -64,7 +64,7 @@ def check_stack(names: list[str] | None, force: bool) -> None:
     if not force:
         from torch_overlay._registry import REGISTRY
 
-        for name in REGISTRY._with_requirements(names or known):
+        for name in REGISTRY.with_requirements(names or known):
             drift = [c for c in REGISTRY.check(name) if not c.ok]
             if drift:
                 raise UsageError(f"overlay {name!r} would be refused: {drift[0].target} has "

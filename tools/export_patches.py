@@ -113,17 +113,7 @@ def load_registry():
 def ordered_names() -> list[str]:
     """Registry order (OVERLAY_MODULES) with each overlay after what it requires."""
     _, registry = load_registry()
-    order: list[str] = []
-
-    def visit(name: str) -> None:
-        for dep in registry.get(name).requires:
-            visit(dep)
-        if name not in order:
-            order.append(name)
-
-    for name in registry.names:
-        visit(name)
-    return order
+    return registry.with_requirements(registry.names)
 
 
 def upstream_path(module: str) -> str:

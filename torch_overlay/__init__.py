@@ -48,6 +48,7 @@ def load_overlays() -> list[str]:
     """Import the overlay modules so their declarations are registered."""
     for module in OVERLAY_MODULES:
         importlib.import_module(module)
+    REGISTRY.order_by_modules(OVERLAY_MODULES)
     return REGISTRY.names
 
 

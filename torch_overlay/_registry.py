@@ -170,6 +170,15 @@ class Registry:
         self._overlays[overlay.name] = overlay
         return overlay
 
+    def order_by_modules(self, modules: Iterable[str]) -> None:
+        """List overlays in the order of their declaring modules (OVERLAY_MODULES), not in
+        the order something happened to import them; others keep theirs, after."""
+        rank = {module: i for i, module in enumerate(modules)}
+        last = len(rank)
+        ordered = sorted(self._overlays.values(),
+                         key=lambda o: rank.get(o.modules[0] if o.modules else "", last))
+        self._overlays = {o.name: o for o in ordered}
+
     def unregister(self, name: str) -> None:
         self.disable([name])
         self._overlays.pop(name, None)
@@ -215,13 +224,13 @@ class Registry:
         are restored and OverlayError names the target. Enabling twice is a no-op.
         """
         with self._lock:
-            order = self._with_requirements(list(self._overlays) if names is None else list(names))
+            order = self.with_requirements(list(self._overlays) if names is None else list(names))
             for name in order:
                 if name not in self._active:
                     self._enable_one(self.get(name), force=force)
             return order
 
-    def _with_requirements(self, names: list[str]) -> list[str]:
+    def with_requirements(self, names: list[str]) -> list[str]:
         order: list[str] = []
 
         def visit(name: str) -> None:
