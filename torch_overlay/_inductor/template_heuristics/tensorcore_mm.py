@@ -43,7 +43,14 @@ H200 calibration (check_tensorcore_mm.py on the H200, torch 2.11, triton 3.6):
 ``stream`` 0.65: the decode kernel (16x32x128, fp32 x and w) took 28.0 us at
 16x4096x4096 and 30.0 us at 1x4096x4096 (0.75 predicted 24.8); ``reread_cast``
 1.5: at 128x4096x4096 casting x in the kernel (re-read 64 times) took 42.3 us
-against 36.6 us with x cast by a separate kernel, where the model had them even.
+against 36.6 us with x cast by a separate kernel, where the model had them even;
+``eff_cast_reg`` 0.87 (lead 0.55): the weight cast in the kernel as wgmma's register
+operand (SWAP_AB, 256x128x64 w8 s3, x cast by its own kernel) took 70.1 us at
+1024x4096x4096 (stock 88.0) and 134.9 us at 2048x4096x4096 (stock 138.2), a compute
+term 0.62 and 0.63 of the one predicted at 0.55: 0.55/0.63. That rate is this tile's
+(128x128x64 s4 swap took 91.9 us at 1024); ``eff_16bit`` and ``eff_cast_smem`` are
+still leads. With it that tile is l2-bound at 1024 (predicted 77.4 us, stock 94.4: the
+template, by ``margin``) and at 2048 (147.7 us, stock 150.8: stock).
 """
 from __future__ import annotations
 
@@ -103,9 +110,10 @@ class DeviceModel:
 # Measured ceilings per device name; the efficiencies are leads (see the docstring).
 # H200: copy 4.22 TB/s and bf16 cuBLAS 679-686 TFLOP/s measured on the project's
 # H200 (../shared/reference/README.md); stream from the template's decode kernel
-# measured there (the module docstring). H100/A100: datasheet-scaled leads.
+# measured there and eff_cast_reg from the template's 256x128x64 swap config (the
+# module docstring). H100/A100: datasheet-scaled leads.
 DEVICE_MODELS: dict[str, dict[str, float]] = {
-    "NVIDIA H200": dict(copy_bw=4.22e12, mm_flops=680e12, stream=0.65),
+    "NVIDIA H200": dict(copy_bw=4.22e12, mm_flops=680e12, stream=0.65, eff_cast_reg=0.87),
     "NVIDIA H100 80GB HBM3": dict(copy_bw=3.0e12, mm_flops=650e12),
     "NVIDIA A100-SXM4-80GB": dict(copy_bw=1.7e12, mm_flops=270e12),
 }
@@ -238,7 +246,10 @@ def select_configs(p: Problem, dev: DeviceModel, fused_a: bool, fused_b: bool,
     Up to 256 rows the problem streams the weight (bandwidth-bound): one or two row
     tiles, and BLOCK_N as wide as possible while every SM still gets a tile, with
     deep pipelines. Beyond, it is compute-bound: 128-wide tiles and 8 warps, and
-    when only B is cast in the kernel SWAP_AB makes B wgmma's register operand.
+    when only B is cast in the kernel SWAP_AB makes B wgmma's register operand,
+    with 256-row tiles from M = 1024 where three stages of them fit shared memory
+    (256x128x64 w8 s3 swap: 208 KB; else 128x128x64 s4 swap, which max-autotune
+    adds after it).
     ``exhaustive`` (max-autotune) adds neighbouring configs.
     """
     forced = _FORCED.get("config") or _FORCED.get("pinned")
@@ -289,6 +300,14 @@ def select_configs(p: Problem, dev: DeviceModel, fused_a: bool, fused_b: bool,
         base = TileConfig(128, 256 if wide else 128, 64, GROUP_M=8, num_warps=8,
                           num_stages=4, SWAP_AB=swap)
         variants = [base]
+        # only the weight cast in the kernel, as wgmma's register operand: 256-row tiles
+        # halve the times its fp32 tiles are re-read (H200, 1024x4096x4096: 256x128x64
+        # s3 swap 70.1 us, 128x128x64 s4 swap 91.9, stock 88.0), with at least 3 stages
+        if swap and m >= 1024:
+            tall = _with_stages(dataclasses.replace(base, BLOCK_M=256), a_size, b_size, dev,
+                                most=4, least=3)
+            if tall is not None:  # default mode yields one config
+                variants = [tall] + variants if exhaustive else [tall]
         if exhaustive:
             variants += [
                 dataclasses.replace(base, BLOCK_N=64, num_warps=4),
