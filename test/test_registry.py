@@ -39,7 +39,8 @@ def toy_overlay(name, *hooks, validated=None, requires=()):
         validated = {torch_overlay._registry.torch_version():
                      {h.target: fingerprint(h.upstream_source()) for h in hooks}}
     return REGISTRY.register(Overlay(name=name, purpose="toy", hooks=hooks,
-                                     validated=validated, requires=requires))
+                                     validated=validated, requires=requires,
+                                     modules=(__name__,)))
 
 
 class TestRegistry(TestCase):
@@ -155,6 +156,17 @@ class TestRegistry(TestCase):
         self.assertIs(globals()["upstream_lowering"], self.originals[0])
         self.assertEqual(globals()["upstream_codegen"](1), 7)
         torch_overlay.disable()
+
+    def test_redeclaration_by_the_same_module_keeps_the_first(self):
+        first = self.toy("toy_a")
+        hook = Hook(owner=__name__, attr="upstream_codegen", build=lambda o: lambda x: 0)
+        again = Overlay(name="toy_a", purpose="toy", hooks=(hook,), validated={},
+                        modules=first.modules)
+        self.assertIs(REGISTRY.register(again), first)  # a reloaded module
+        other = Overlay(name="toy_a", purpose="toy", hooks=(hook,), validated={},
+                        modules=("somewhere.else",))
+        with self.assertRaisesRegex(OverlayError, "'toy_a' is declared twice"):
+            REGISTRY.register(other)
 
     def test_unknown_name(self):
         with self.assertRaisesRegex(OverlayError, "unknown overlay 'nope'"):

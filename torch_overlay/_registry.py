@@ -165,7 +165,12 @@ class Registry:
 
     # -- declaration ---------------------------------------------------------
     def register(self, overlay: Overlay) -> Overlay:
-        if overlay.name in self._overlays and self._overlays[overlay.name] is not overlay:
+        """Declare an overlay; returns the registered one. A module imported again
+        (importlib.reload) gets its first declaration back: that one may be enabled."""
+        known = self._overlays.get(overlay.name)
+        if known is not None and known is not overlay:
+            if known.modules[:1] == overlay.modules[:1] and overlay.modules:
+                return known
             raise OverlayError(f"overlay {overlay.name!r} is declared twice")
         self._overlays[overlay.name] = overlay
         return overlay

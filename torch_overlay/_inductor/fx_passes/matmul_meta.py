@@ -763,7 +763,7 @@ HOOKS = (
          build=_wrap_enter_context, fingerprint="torch._inductor.scheduler.Scheduler._codegen"),
 )
 
-OVERLAY = REGISTRY.get(OVERLAY_NAME) if OVERLAY_NAME in REGISTRY.names else REGISTRY.register(Overlay(
+OVERLAY = REGISTRY.register(Overlay(
     name=OVERLAY_NAME,
     purpose="autocast compute dtype of every mm/addmm/bmm/baddbmm as IR metadata "
             "(MatmulMeta), with a wrapper comment per matmul",

@@ -474,7 +474,7 @@ HOOKS = (
     Hook.depends_on("torch._inductor.choices.InductorChoices._need_to_fix_layout"),
 )
 
-OVERLAY = REGISTRY.get(OVERLAY_NAME) if OVERLAY_NAME in REGISTRY.names else REGISTRY.register(Overlay(
+OVERLAY = REGISTRY.register(Overlay(
     name=OVERLAY_NAME,
     purpose="autocast matmuls of fp32 tensors: a Triton template that casts in registers, "
             "chosen per shape by a cost model",
