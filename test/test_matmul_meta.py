@@ -50,14 +50,24 @@ HALF = (torch.bfloat16, torch.float16)
 COMMENT = "matmul_meta:"
 
 
-def enable_matmul_meta_only(test):
-    torch_overlay.disable()
-    torch_overlay.enable(["matmul_meta"])
-    # another overlay on the same lowerings would change the code these tests check
-    # (under TORCH_OVERLAY_DISABLE=1 the patched upstream sources act instead:
-    # tools/export_patches.py --check)
-    if not torch_overlay.killed():
-        test.assertEqual(REGISTRY.enabled(), ["matmul_meta"])
+class MatmulMetaOnly:
+    """Each test runs with matmul_meta alone, fresh counters and no recorded metadata."""
+
+    def setUp(self):
+        super().setUp()
+        torch_overlay.disable()
+        torch_overlay.enable(["matmul_meta"])
+        # another overlay on the same lowerings would change the code these tests check
+        # (under TORCH_OVERLAY_DISABLE=1 the patched upstream sources act instead:
+        # tools/export_patches.py --check)
+        if not torch_overlay.killed():
+            self.assertEqual(REGISTRY.enabled(), ["matmul_meta"])
+        counters.clear()
+        matmul_meta.clear_recent_matmul_metas()
+
+    def tearDown(self):
+        torch_overlay.disable()
+        super().tearDown()
 
 
 def dtype_name(dtype):
@@ -147,16 +157,10 @@ def case_baddbmm(dtype):
 CASES = {"mm": case_mm, "linear": case_linear, "bmm": case_bmm, "baddbmm": case_baddbmm}
 
 
-class TestMatmulMetaDetection(TestCase):
+class TestMatmulMetaDetection(MatmulMetaOnly, TestCase):
     """What MatmulMeta says, on forward and backward aten graphs (CPU autocast)."""
 
-    def setUp(self):
-        super().setUp()
-        enable_matmul_meta_only(self)
-        counters.clear()
-
     def tearDown(self):
-        torch_overlay.disable()
         self.assertEqual(self.fallbacks(), {})
         super().tearDown()
 
@@ -366,18 +370,8 @@ def training_args():
     return (cpu_leaf(21, 13), cpu_leaf(5, 13), cpu_leaf(5), cpu_leaf(3, 7, 4), cpu_leaf(3, 5, 4))
 
 
-class TestMatmulMetaInductor(GoldenMixin, TestCase):
+class TestMatmulMetaInductor(MatmulMetaOnly, GoldenMixin, TestCase):
     """Hooks, lowering, wrapper comments, cache keys, logs and fallbacks, on CPU."""
-
-    def setUp(self):
-        super().setUp()
-        enable_matmul_meta_only(self)
-        counters.clear()
-        matmul_meta.clear_recent_matmul_metas()
-
-    def tearDown(self):
-        torch_overlay.disable()
-        super().tearDown()
 
     def fallbacks(self):
         return {k: v for k, v in counters["torch_overlay"].items() if k.startswith("matmul_meta_fallback")}
@@ -549,11 +543,9 @@ def autocast_linear(x, w, b):
         return F.linear(x, w, b)
 
 
-class TestMatmulMetaCUDACodegen(GoldenMixin, TestCase):
+class TestMatmulMetaCUDACodegen(MatmulMetaOnly, GoldenMixin, TestCase):
     def setUp(self):
         super().setUp()
-        enable_matmul_meta_only(self)
-        counters.clear()
         # pad_mm would time padded and unpadded odd-sized matmuls on the device: the
         # golden would depend on a benchmark (and a faked GPU cannot run one)
         self.no_padding = inductor_config.patch(shape_padding=False)
@@ -561,7 +553,6 @@ class TestMatmulMetaCUDACodegen(GoldenMixin, TestCase):
 
     def tearDown(self):
         self.no_padding.__exit__(None, None, None)
-        torch_overlay.disable()
         super().tearDown()
 
     def test_autocast_linear(self):
@@ -609,17 +600,7 @@ class TestMatmulMetaCUDACodegen(GoldenMixin, TestCase):
 
 
 @unittest.skipIf(not torch.cuda.is_available(), "needs a CUDA GPU")
-class TestMatmulMetaGPU(TestCase):
-    def setUp(self):
-        super().setUp()
-        enable_matmul_meta_only(self)
-        counters.clear()
-        matmul_meta.clear_recent_matmul_metas()
-
-    def tearDown(self):
-        torch_overlay.disable()
-        super().tearDown()
-
+class TestMatmulMetaGPU(MatmulMetaOnly, TestCase):
     @parametrize("dtype", HALF, name_fn=dtype_name)
     def test_cuda_training_backward_labelled(self, dtype):
         def step(x, w, b, v):
