@@ -11,6 +11,7 @@ Triton's interpreter on the CPU. The CUDA tests run on a GPU machine:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import pathlib
 import re
@@ -189,7 +190,7 @@ class TestCostModel(TestCase):
         return heuristics.Problem("addmm", 1, m, n, k, op(m * k, True, not x_castable),
                                   op(k * n, True, not w_castable), op(n, True))
 
-    @parametrize("mnk", [(1, 4096, 4096), (16, 4096, 4096), (128, 4096, 4096), (16, 11008, 4096)],
+    @parametrize("mnk", [(16, 4096, 4096), (128, 4096, 4096), (16, 11008, 4096), (2, 4096, 4096)],
                  name_fn=lambda mnk: "x".join(map(str, mnk)))
     def test_decode_and_prefill_take_the_template(self, mnk):
         plan = heuristics.plan(self.linear_problem(*mnk), H200)
@@ -204,13 +205,24 @@ class TestCostModel(TestCase):
         plan = heuristics.plan(self.linear_problem(*mnk), H200)
         self.assertEqual(plan.path, "stock", plan.describe())
 
+    @parametrize("mnk", [(1, 4096, 4096), (1, 11008, 4096), (1, 4096, 11008)],
+                 name_fn=lambda mnk: "x".join(map(str, mnk)))
+    def test_one_row_takes_gemv(self, mnk):
+        # H200, 1x4096x4096: the reduction took 22.0 us, the template 29.5, stock 47.3
+        plan = heuristics.plan(self.linear_problem(*mnk), H200)
+        self.assertEqual(plan.path, "gemv", plan.describe())
+        preds = {q.label: q.seconds for q in plan.predictions}
+        self.assertLess(preds["gemv"], min(v for k, v in preds.items() if k != "gemv"))
+        batched = dataclasses.replace(self.linear_problem(*mnk), op="bmm", batch=2)
+        self.assertEqual(heuristics.plan(batched, H200).path, "template")
+
     def test_plan_per_shape(self):
         # H200: at 1024x4096x4096 the weight cast in the kernel, 256x128x64 s3 swap, took
         # 70.1 us against stock's 88.0; at 2048 134.9 against 138.2 (no clear win: stock)
         T = heuristics.TileConfig
         decode = T(16, 32, 128, 8, 4, 6)
         expected = {
-            (1, 4096, 4096): ("template", True, True, decode),
+            (1, 4096, 4096): ("gemv", False, False, None),
             (16, 4096, 4096): ("template", True, True, decode),
             (128, 4096, 4096): ("template", False, True, T(64, 64, 64, 8, 4, 6)),
             (16, 11008, 4096): ("template", True, True, decode),
@@ -317,6 +329,30 @@ class TestTensorCoreMMCodegen(TensorCoreMMTestCase):
         self.assertRegex("\n".join(code), r"workspace_\d+\.zero_\(\)")
         self.assertExpectedCode(code)
 
+    def test_golden_gemv(self):
+        # M=1: one reduction over K reads the fp32 x, w and bias, rounds them to bf16
+        # in registers and sums in fp32; the bias and the rounding follow in the kernel
+        code = self.cuda_code(linear(), torch.randn(1, 4096), torch.randn(4096, 4096),
+                              torch.randn(4096))
+        self.assertEqual(template_kernels(code), [])
+        self.assertEqual(cast_kernels(code), [])
+        self.assertEqual(self.counts["tensorcore_mm_gemv"], 1)
+        (name,) = re.findall(r"(triton_red_fused_\w+?_\d+)\.run\(", "\n".join(code))
+        src = kernel_source(code, name)
+        self.assertNotRegex("\n".join(code), r"extern_kernels\.\w+\(")
+        FileCheck().check("tl.load").check(".to(tl.bfloat16)").check(".to(tl.float32)").check(
+            "tl.sum").check(".to(tl.bfloat16)").check("tl.store").run(src)
+        self.assertExpectedCode(code)
+
+    @parametrize("op", ["mm", "addmm"])
+    @parametrize("dtype", [BF16, FP16], name_fn=dtype_name)
+    def test_gemv_ops(self, op, dtype):
+        inputs = matmul_inputs(op, 1, 999, 1001)
+        code = self.cuda_code(matmul_op(op, dtype), *inputs)
+        self.assertEqual(self.counts["tensorcore_mm_gemv"], 1, dict(self.counts))
+        self.assertEqual(template_kernels(code) + cast_kernels(code), [])
+        self.assertIn(f".to(tl.{dtype_name(dtype)})", "\n".join(code))
+
     def test_golden_prefill(self):
         # M=128: the weight and bias cast in the template; x by its own kernel, since
         # the 64 column tiles re-read it (cheaper in bf16: H200 36.6 us vs 42.3 us)
@@ -403,7 +439,7 @@ class TestTensorCoreMMCodegen(TensorCoreMMTestCase):
             FileCheck().check("tl.full([1], 2.0").check("= acc * ").check(
                 "tl.full([1], 0.5").check(f".to(tl.{dtype_name(dtype)})").run(src)
 
-    @parametrize("mnk", [(1, 4096, 4096), (37, 1001, 999), (5, 17, 33), (64, 8, 7)],
+    @parametrize("mnk", [(2, 4096, 4096), (37, 1001, 999), (5, 17, 33), (64, 8, 7)],
                  name_fn=lambda mnk: "x".join(map(str, mnk)))
     def test_odd_shapes(self, mnk):
         m, n, k = mnk
@@ -617,8 +653,8 @@ class TestTensorCoreMMInterpreter(TensorCoreMMTestCase):
             def scaled(*args, fn=fn):
                 return fn(*args) * 3.0  # a fused epilogue after the rounding
 
-            forcing = heuristics.forced("template", config=config) if config else contextlib.nullcontext()
-            with forcing:
+            # the template even where M = 1 would take the gemv reduction
+            with heuristics.forced("template", config=config):
                 code = self.cuda_code(scaled, *inputs)
             if config is not None:
                 self.assertIn(f"SWAP_AB : tl.constexpr = {config.SWAP_AB}", "\n".join(code))
@@ -855,15 +891,18 @@ class TestTensorCoreMMGPU(TensorCoreMMTestCase):
     @requires_cuda_gpu
     @parametrize("op", ["mm", "addmm", "bmm", "baddbmm"])
     @parametrize("dtype", [BF16, FP16], name_fn=dtype_name)
-    @parametrize("mnk", [(1, 4096, 4096), (16, 4096, 4096), (37, 1001, 999), (128, 256, 136),
-                         (200, 96, 4095), (16, 1024, 4096)],  # the last splits K (mm, addmm)
+    @parametrize("mnk", [(1, 4096, 4096), (1, 1001, 999), (16, 4096, 4096), (37, 1001, 999),
+                         (128, 256, 136), (200, 96, 4095), (16, 1024, 4096)],  # the last splits K (mm, addmm)
                  name_fn=lambda mnk: "x".join(map(str, mnk)))
     def test_values(self, op, dtype, mnk):
         inputs = matmul_inputs(op, *mnk, batch=2, device=GPU_TYPE)
         fn = matmul_op(op, dtype)
         out, code = self.compile_and_run(fn, *inputs)
         self.assertLikeEager(out, fn, inputs, lambda *d: emulate_fp64(op, d), dtype)
-        if (op, mnk) in STOCK_BY_COST_MODEL:
+        if mnk[0] == 1 and op in ("mm", "addmm"):  # one row: a reduction kernel
+            self.assertEqual(template_kernels(code), [])
+            self.assertEqual(self.counts["tensorcore_mm_gemv"], 1, dict(self.counts))
+        elif (op, mnk) in STOCK_BY_COST_MODEL:
             self.assertEqual(template_kernels(code), [])
             self.assertGreaterEqual(self.counts["tensorcore_mm_stock:cost_model"], 1, dict(self.counts))
         else:

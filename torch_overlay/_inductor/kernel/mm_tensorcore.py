@@ -62,7 +62,7 @@ try:
         TritonTemplate,
     )
     from torch._inductor.utils import load_template
-    from torch._inductor.virtualized import V
+    from torch._inductor.virtualized import ops, V
 except ImportError as e:  # pragma: no cover - a torch without these private APIs
     raise ImportError(
         f"torch_overlay tensorcore_mm needs torch._inductor internals of torch 2.11 "
@@ -281,12 +281,17 @@ def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
     odd = [d for d in meta.compute_dtypes if d not in (*_HALF, torch.float32)]
     if odd:  # fp64, integers: autocast leaves them alone, and so does the template
         raise _Decline(f"dtype:{str(odd[0]).removeprefix('torch.')}")
-    if meta.source != "autocast" or meta.autocast_dtype not in _HALF:
+    epilogue = _gelu_add_epilogue(node)
+    if meta.source == "autocast" and meta.autocast_dtype in _HALF:
+        if meta.autocast_device != "cuda":
+            raise _Decline(f"device:{meta.autocast_device}")
+        dtype = meta.autocast_dtype
+    elif epilogue is not None and meta.output_dtype in _HALF:
+        # a 16-bit matmul that a gelu-add closes: the template fuses it where cuBLAS cannot
+        dtype = meta.output_dtype
+    else:
         # fp32 outside autocast included: stock uses TF32 only as the user allows
         raise _Decline("not_autocast")
-    if meta.autocast_device != "cuda":
-        raise _Decline(f"device:{meta.autocast_device}")
-    dtype = meta.autocast_dtype
     mat1, mat2 = args[a_i], args[b_i]
     for x in (mat1, mat2):
         device = x.get_device()
@@ -308,7 +313,7 @@ def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
     bias_shared = False
     if bias_i is not None:
         bias16, bias32, bias_shared = _operand(node, bias_i, args[bias_i], dtype, meta_mod)
-    if a32 is None and b32 is None:
+    if a32 is None and b32 is None and epilogue is None:
         raise _Decline("no_fp32_operand", fallback=False)
 
     sizevars = V.graph.sizevars
@@ -323,6 +328,7 @@ def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
         heuristics.Operand(batch * kh * nh, b32 is not None, b_shared),
         None if bias_i is None else heuristics.Operand(
             int(hint(ir.sympy_product(args[bias_i].get_size()))), bias32 is not None, bias_shared),
+        epilogue,
     )
     dynamic_m = not isinstance(m, int) and not getattr(m, "is_number", False)
     if dynamic_m:
@@ -330,6 +336,17 @@ def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
     else:
         the_plan = heuristics.plan(problem, dev)
     log.debug("tensorcore_mm: %s %s: %s", node, (batch, mh, nh, kh), the_plan.describe())
+    if the_plan.path == "gemv":
+        # read the fp32 sources unless their casts run anyway
+        a = a32 if a32 is not None and not a_shared else a16
+        b = b32 if b32 is not None and not b_shared else b16
+        bias = None
+        if bias_i is not None:
+            bias = bias32 if bias32 is not None and not bias_shared else bias16
+        result, sums = _lower_gemv(a, b, bias, kwargs.get("alpha", 1), kwargs.get("beta", 1), dtype)
+        _count("tensorcore_mm_gemv")
+        meta_mod.attach_matmul_meta(sums, node)  # the buffer the reduction kernel computes
+        return result
     if the_plan.path != "template":
         if the_plan.reason.startswith("smem"):
             raise _Decline("smem")
@@ -360,9 +377,89 @@ def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
         choices.extend(_stock_choices(op, kernel_inputs, layout, dtype))
     result = autotune_select_algorithm(name, choices, kernel_inputs.nodes(), layout)
     _count("tensorcore_mm_template")
+    if epilogue is not None:
+        _count("tensorcore_mm_template_gelu_add")
     # matmul_meta records the metadata of the IR a matmul lowers to
     meta_mod.attach_matmul_meta(result, node)
     return result
+
+
+def _as_fp32(x: Any, src: torch.dtype, dtype: torch.dtype) -> Any:
+    """A loaded operand as the 16-bit GEMM sees it, in fp32: an fp32 one rounded first."""
+    if src == torch.float32:
+        x = ops.to_dtype(x, dtype, use_compute_types=False)
+    return ops.to_dtype(x, torch.float32)
+
+
+def _lower_gemv(a: Any, b: Any, bias: Any, alpha: Any, beta: Any,
+                dtype: torch.dtype) -> tuple[Any, Any]:
+    """M = 1: out[0, n] = Σ_k a[0, k]·b[k, n] as an Inductor reduction over K.
+
+    One kernel reads each (fp32) operand once, rounds it to ``dtype`` in registers
+    and sums the products in fp32; the epilogue (bias, rounding) and whatever fuses
+    after it run on the sums. Returns (the output, the realized sums). A row of tiles would leave most of each MMA idle and
+    stream the weight slower (see the ``stream_gemv`` calibration).
+    """
+    from torch._inductor.ir import ReductionHint
+
+    m, k = a.get_size()
+    n = b.get_size()[1]
+    a_load, b_load = a.make_loader(), b.make_loader()
+    a_dtype, b_dtype = a.get_dtype(), b.get_dtype()
+
+    def product(index: Any, rindex: Any) -> Any:
+        (i, j), (kk,) = index, rindex
+        return ops.mul(_as_fp32(a_load([i, kk]), a_dtype, dtype),
+                         _as_fp32(b_load([kk, j]), b_dtype, dtype))
+
+    sums = ir.Reduction.create(
+        device=a.get_device(), dst_dtype=torch.float32, src_dtype=torch.float32,
+        inner_fn=product, ranges=[m, n], reduction_ranges=[k], reduction_type="sum",
+        reduction_hint=ReductionHint.INNER if b.get_stride()[0] == 1 else ReductionHint.DEFAULT)
+    sums.realize()  # a reduction is read through its buffer; the epilogue fuses into it
+    sums_load = sums.make_loader()
+    epilogue = tensorcore_epilogue(dtype, alpha, beta, bias is not None)
+    bias_load = expand(bias, [m, n]).make_loader() if bias is not None else None
+
+    def out(index: Any) -> Any:
+        # the template's epilogue, written for raw values (as store_output passes them)
+        value = epilogue(sums_load(index).value, bias_load(index).value if bias_load else None)
+        return ops.to_dtype(value, dtype)
+
+    return ir.Pointwise.create(device=a.get_device(), dtype=dtype, inner_fn=out, ranges=[m, n]), sums
+
+
+def _gelu_add_epilogue(node: torch.fx.Node) -> Optional[Any]:
+    """The cost of the gelu-add (overlay ``gelu_add``) that is this matmul's only reader.
+
+    The template fuses it as an epilogue; stock runs it as a pointwise kernel that
+    reads the matmul's output back. None when there is no such gelu-add, when the
+    output has other readers (training saves it for the backward), or when a view
+    lies between them (F.linear of a 3-d input): Inductor's scheduler fuses a
+    template's epilogue only where it reads the output with the template's own
+    index, so the pointwise kernel would stay.
+    """
+    try:
+        from ..fx_passes.gelu_add import GELU_ADD_META
+    except ImportError:  # upstream: gelu_add's patch comes after this one
+        return None
+    from ..template_heuristics.tensorcore_mm import Epilogue
+
+    if len(node.users) != 1:
+        return None
+    (user,) = node.users
+    residual, result = _val(user.kwargs.get("residual")), _val(user)
+    if (GELU_ADD_META not in user.meta or user.kwargs.get("x") is not node
+            or residual is None or result is None):
+        return None
+
+    def nbytes(t: torch.Tensor) -> int:
+        numel = t.numel()
+        if isinstance(numel, torch.SymInt):
+            numel = V.graph.sizevars.optimization_hint(numel.node.expr)
+        return int(numel) * t.element_size()
+
+    return Epilogue(read_bytes=nbytes(residual), write_bytes=nbytes(result))
 
 
 # M up to which a plan for a symbolic M must hold up when M has no smaller bound

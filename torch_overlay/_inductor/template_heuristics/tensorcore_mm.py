@@ -35,6 +35,17 @@ register operand, A, or B when SWAP_AB), and the separate casts plus cuBLAS win.
 ``plan`` takes the fastest prediction and keeps the stock path unless the template
 is predicted at least ``margin`` faster.
 
+One row (M = 1, not batched): the template would run its MMAs 1/16 full and, one
+row tile an SM, streamed the weight at 2.3 TB/s; ``gemv`` lowers it instead to an
+Inductor reduction over K that reads every operand once (fp32 where that drops a
+cast), rounds in registers and sums in fp32: ``bytes/(BW·stream_gemv) + L``.
+
+A matmul whose only reader is a gelu-add (overlay ``gelu_add``) carries an
+``Epilogue``: stock pays a pointwise kernel that reads the matmul's output back; the
+template writes the epilogue's output instead, after its main loop (not hidden at
+one block an SM), and may then pay with no operand cast in the kernel (16-bit
+operands: ``template[16-bit]``).
+
 The ceilings are the project's H200 measurements (../shared/reference/README.md);
 the efficiencies started as conservative leads (../shared/reference/fused-cast-probe-h200.txt:
 a naive fused kernel was 1.7-2.6x faster than stock at M <= 128 and 1.6-2.2x slower
@@ -48,9 +59,16 @@ against 36.6 us with x cast by a separate kernel, where the model had them even;
 operand (SWAP_AB, 256x128x64 w8 s3, x cast by its own kernel) took 70.1 us at
 1024x4096x4096 (stock 88.0) and 134.9 us at 2048x4096x4096 (stock 138.2), a compute
 term 0.62 and 0.63 of the one predicted at 0.55: 0.55/0.63. That rate is this tile's
-(128x128x64 s4 swap took 91.9 us at 1024); ``eff_16bit`` and ``eff_cast_smem`` are
-still leads. With it that tile is l2-bound at 1024 (predicted 77.4 us, stock 94.4: the
-template, by ``margin``) and at 2048 (147.7 us, stock 150.8: stock).
+(128x128x64 s4 swap took 91.9 us at 1024). With it that tile is l2-bound at 1024
+(predicted 77.4 us, stock 94.4: the template, by ``margin``) and at 2048 (147.7 us,
+stock 150.8: stock). ``eff_16bit`` 0.66 (lead 0.70): the best 16-bit config with a
+fused gelu-add epilogue (128x128x64 w8 s4) took 188.8 us at 8192x4096x1024 bf16
+(cuBLAS + the pointwise kernel: 168-170), 31.8 us of it the epilogue's traffic; at
+K = 4096 the rate is higher (128x256x64 w8 s3, 0.94 at 4096^3, and still slower than
+stock: 234.9 us against 220), so 0.66 keeps stock wherever it is not sure.
+``stream_gemv`` 0.85 (lead 0.70, stock max-autotune's reduction at 3.0 TB/s): the
+gemv kernel took 22.0 us at 1x4096x4096 (the template 29.5, stock 47.3).
+``eff_cast_smem`` is still a lead.
 """
 from __future__ import annotations
 
@@ -74,7 +92,7 @@ from ..kernel.mm_tensorcore import (
 )
 
 __all__ = [
-    "DeviceModel", "Operand", "Problem", "TileConfig", "Plan",
+    "DeviceModel", "Operand", "Epilogue", "Problem", "TileConfig", "Plan",
     "device_model", "select_configs", "predict", "plan", "plan_dynamic_m", "forced", "pinned",
     "DEVICE_MODELS",
 ]
@@ -100,7 +118,9 @@ class DeviceModel:
     eff_cast_smem: float = 0.40  # a cast operand that must go back through shared memory
     margin: float = 0.10  # the template must be predicted this much faster than stock
     margin_compute: float = 0.25  # ... where it is compute-bound (eff is least certain)
+    margin_epilogue: float = 0.10  # ... where the template is chosen to fuse an Epilogue
     reread_cast: float = 1.5  # L2 bytes of an operand cast in the kernel count this many times
+    stream_gemv: float = 0.70  # fraction of copy_bw the M = 1 reduction kernel streams at
 
     @property
     def l2_rate(self) -> float:
@@ -113,7 +133,8 @@ class DeviceModel:
 # measured there and eff_cast_reg from the template's 256x128x64 swap config (the
 # module docstring). H100/A100: datasheet-scaled leads.
 DEVICE_MODELS: dict[str, dict[str, float]] = {
-    "NVIDIA H200": dict(copy_bw=4.22e12, mm_flops=680e12, stream=0.65, eff_cast_reg=0.87),
+    "NVIDIA H200": dict(copy_bw=4.22e12, mm_flops=680e12, stream=0.65, eff_cast_reg=0.87,
+                        eff_16bit=0.66, stream_gemv=0.85),
     "NVIDIA H100 80GB HBM3": dict(copy_bw=3.0e12, mm_flops=650e12),
     "NVIDIA A100-SXM4-80GB": dict(copy_bw=1.7e12, mm_flops=270e12),
 }
@@ -150,6 +171,17 @@ class Operand:
 
 
 @dataclasses.dataclass(frozen=True)
+class Epilogue:
+    """A pointwise consumer of the matmul that the template would fuse (gelu(mm) + r).
+
+    Stock runs it as a kernel of its own that reads the matmul's 16-bit output back.
+    """
+
+    read_bytes: int  # its other inputs (the residual), each read once
+    write_bytes: int  # its output
+
+
+@dataclasses.dataclass(frozen=True)
 class Problem:
     op: str  # mm | addmm | bmm | baddbmm
     batch: int
@@ -159,6 +191,7 @@ class Problem:
     a: Operand
     b: Operand
     bias: Optional[Operand] = None
+    epilogue: Optional[Epilogue] = None
 
     @property
     def flops(self) -> float:
@@ -377,7 +410,7 @@ class Prediction:
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
-    path: str  # "stock" | "template"
+    path: str  # "stock" | "template" | "gemv"
     reason: str
     fused_a: bool = False
     fused_b: bool = False
@@ -410,6 +443,13 @@ def _template_terms(p: Problem, dev: DeviceModel, fused_a: bool, fused_b: bool,
         l2 += op.numel * size * reads * (dev.reread_cast if fused else 1.0)
     if p.bias is not None:
         dram += p.bias.numel * (FP32 if p.bias.castable else HALF)
+    epilogue = 0.0
+    if p.epilogue is not None:
+        # the epilogue's output replaces the matmul's, written with its residual read
+        # after the main loop: at one block an SM that traffic is not hidden
+        dram -= out_bytes
+        l2 -= out_bytes
+        epilogue = (p.epilogue.read_bytes + p.epilogue.write_bytes) / dev.copy_bw
     overhead = dev.kernel_overhead
     ws = config.workspace_bytes(p.m, p.n)
     if ws:  # partials written and read once; the workspace zeroed by one more launch
@@ -427,7 +467,15 @@ def _template_terms(p: Problem, dev: DeviceModel, fused_a: bool, fused_b: bool,
         eff = dev.eff_16bit
     return dict(casts=casts, compute=p.flops / (dev.mm_flops * eff),
                 dram=dram / (dev.copy_bw * dev.stream * util), l2=l2 / dev.l2_rate,
-                overhead=overhead)
+                epilogue=epilogue, overhead=overhead)
+
+
+def _epilogue_kernel_time(p: Problem, dev: DeviceModel) -> float:
+    """Stock's separate epilogue kernel: the matmul's output read back, residual, output."""
+    if p.epilogue is None:
+        return 0.0
+    e = p.epilogue
+    return (p.batch * p.m * p.n * HALF + e.read_bytes + e.write_bytes) / dev.copy_bw + dev.kernel_overhead
 
 
 def predict(p: Problem, dev: DeviceModel, fused_a: Optional[bool] = None,
@@ -437,10 +485,24 @@ def predict(p: Problem, dev: DeviceModel, fused_a: Optional[bool] = None,
         ops = [p.a, p.b] + ([p.bias] if p.bias is not None else [])
         casts = sum(_cast_time(op, dev) for op in ops if op.castable)
         bytes16 = sum(op.numel for op in ops) * HALF + p.batch * p.m * p.n * HALF
-        return casts + max(p.flops / dev.mm_flops, bytes16 / dev.copy_bw) + dev.kernel_overhead
+        return (casts + max(p.flops / dev.mm_flops, bytes16 / dev.copy_bw) + dev.kernel_overhead
+                + _epilogue_kernel_time(p, dev))
     assert config is not None and fused_b is not None
     t = _template_terms(p, dev, fused_a, fused_b, config)
-    return t["casts"] + max(t["compute"], t["dram"], t["l2"]) + t["overhead"]
+    return t["casts"] + max(t["compute"], t["dram"], t["l2"]) + t["epilogue"] + t["overhead"]
+
+
+def predict_gemv(p: Problem, dev: DeviceModel) -> float:
+    """M = 1 as a reduction over K (``gemv``): every operand read once, as it is stored."""
+    ops = [p.a, p.b] + ([p.bias] if p.bias is not None else [])
+    casts = sum(_cast_time(op, dev) for op in ops if op.fp32_source and op.cast_shared)
+    read = sum(op.numel * (FP32 if op.castable else HALF) for op in ops)
+    return casts + (read + p.n * HALF) / (dev.copy_bw * dev.stream_gemv) + dev.kernel_overhead
+
+
+def gemv_applies(p: Problem) -> bool:
+    """One row, not batched, nothing to fuse after it: a dot per column beats tiles."""
+    return p.m == 1 and p.batch == 1 and p.epilogue is None
 
 
 def compute_bound(p: Problem, dev: DeviceModel, fused_a: bool, fused_b: bool,
@@ -456,10 +518,14 @@ def plan(p: Problem, dev: DeviceModel) -> Plan:
     options = []
     for fused_a in (True, False) if p.a.castable else (False,):
         for fused_b in (True, False) if p.b.castable else (False,):
-            if fused_a or fused_b:
+            # with no cast in the kernel the template pays only by fusing an epilogue
+            if fused_a or fused_b or p.epilogue is not None:
                 options.append((fused_a, fused_b))
     if _FORCED.get("path") == "stock":
         return Plan("stock", "forced", predictions=(stock,))
+    gemv = Prediction("gemv", predict_gemv(p, dev)) if gemv_applies(p) else None
+    if _FORCED.get("path") == "gemv" and gemv is not None:
+        return Plan("gemv", "forced", predictions=(stock, gemv))
     if _FORCED.get("fused") is not None:
         options = [f for f in options if f == tuple(_FORCED["fused"])]
     if not options:
@@ -471,19 +537,27 @@ def plan(p: Problem, dev: DeviceModel) -> Plan:
             continue
         any_fit = True
         cfg = configs[0]
-        label = "template[" + ",".join(n for n, f in (("a", fused_a), ("b", fused_b)) if f) + "]"
+        label = "template[" + (",".join(n for n, f in (("a", fused_a), ("b", fused_b)) if f)
+                               or "16-bit") + "]"
         preds.append(Prediction(label, predict(p, dev, fused_a, fused_b, cfg),
                                 fused_a, fused_b, cfg))
     if not any_fit:
         return Plan("stock", "smem: no tile config fits shared memory", predictions=tuple(preds))
     best = min(preds[1:], key=lambda q: q.seconds)
     fused_bias = p.bias is not None and p.bias.castable
+    if (gemv is not None and gemv.seconds < best.seconds and _FORCED.get("path") != "template"
+            and gemv.seconds <= stock.seconds * (1.0 - dev.margin)):
+        return Plan("gemv", "predicted faster", predictions=(*preds, gemv))
     if _FORCED.get("path") == "template":
         return Plan("template", "forced", best.fused_a, best.fused_b, fused_bias,
                     best.config, tuple(preds))
     assert best.config is not None
-    margin = (dev.margin_compute if compute_bound(p, dev, best.fused_a, best.fused_b, best.config)
-              else dev.margin)
+    if p.epilogue is not None:
+        margin = dev.margin_epilogue
+    elif compute_bound(p, dev, best.fused_a, best.fused_b, best.config):
+        margin = dev.margin_compute
+    else:
+        margin = dev.margin
     if best.seconds <= stock.seconds * (1.0 - margin):
         return Plan("template", "predicted faster", best.fused_a, best.fused_b, fused_bias,
                     best.config, tuple(preds))
@@ -504,6 +578,9 @@ def plan_dynamic_m(p: Problem, dev: DeviceModel, m_max: int,
         return base
     scale = m_max / max(1, p.m)
     big = dataclasses.replace(p, m=m_max, a=dataclasses.replace(p.a, numel=int(p.a.numel * scale)))
+    if p.epilogue is not None:  # its tensors grow with M (a broadcast residual is overcounted)
+        big = dataclasses.replace(big, epilogue=Epilogue(int(p.epilogue.read_bytes * scale),
+                                                         int(p.epilogue.write_bytes * scale)))
     stock_small, stock_big = predict(p, dev), predict(big, dev)
     best, best_worst = None, math.inf
     # every operand set the hint considered: casting x in the kernel pays at small M only
