@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import io
 import json
@@ -228,6 +229,32 @@ class TestMeasureCase(TestCase):
         headers, rows = report.summary_table([record])
         self.assertEqual(rows[0][headers.index("overlay ms")], "WRONG")
         self.assertEqual(rows[0][headers.index("overlay / stock")], "-")
+
+    def test_second_pass_in_reverse_order_keeps_the_lower_median(self):
+        case = case_by_id("pointwise/float32 tanh 1M")
+        order, timings = [], {"eager": [3.0, 2.5], "stock": [2.0, 2.2]}
+
+        def timer(call):
+            call()
+            name = call.mode_name
+            order.append(name)
+            return timings[name].pop(0)
+
+        def build(m, c):
+            step = c.step(c.fn)
+            call = lambda *a: step(*a)  # noqa: E731
+            call.mode_name = m.name
+            return call
+
+        real_rotating = bench.rotating
+        with mock.patch.object(bench, "rotating", lambda call, sets: functools.update_wrapper(
+                real_rotating(call, sets), call, assigned=(), updated=("__dict__",))):
+            record = bench.measure_case(case, ["eager", "stock"], device="cpu", timer=timer,
+                                        build=build, overlays=[], l2_bytes=1 << 20, passes=2)
+        self.assertEqual(order, ["eager", "stock", "stock", "eager"])
+        self.assertEqual(record["modes"]["eager"]["ms"], 2.5)
+        self.assertEqual(record["modes"]["eager"]["ms_passes"], [3.0, 2.5])
+        self.assertEqual(record["modes"]["stock"]["ms"], 2.0)
 
     def test_a_failing_mode_does_not_end_the_case(self):
         case = case_by_id("pointwise/float32 tanh 1M")
