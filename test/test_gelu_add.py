@@ -552,14 +552,17 @@ class GeluAddEpilogueTests(GeluAddTestCase):
             torch._dynamo.reset()
             torch_overlay.enable(self.OVERLAYS)
             try:
+                # pad_mm would pad this odd matmul (when its benchmark says so): then a
+                # slice, not the gelu-add, reads the matmul, and stock keeps it
                 with heuristics.forced("template", (False, False) if variant == "bf16" else None), \
-                        inductor_config.patch(fx_graph_cache=False), \
+                        inductor_config.patch(fx_graph_cache=False, shape_padding=False), \
                         functorch_config.patch(enable_autograd_cache=False):
                     out, code = run_and_get_code(torch.compile(fn), *inputs)
             finally:
                 torch_overlay.disable()
             expected = fn(*eager_inputs)
-            reference = fn(*[t.detach().double() for t in inputs])
+            reference_inputs = [t.detach().double().requires_grad_(requires_grad) for t in inputs]
+            reference = fn(*reference_inputs)
             if not requires_grad:  # training keeps the matmul's output for the backward
                 self.assertEqual(len(template_kernels(code)), 1, dict(self.overlay_counts))
                 self.assertEqual(kernel_names(code), [])
@@ -571,15 +574,22 @@ class GeluAddEpilogueTests(GeluAddTestCase):
             self.assertLessEqual((steps > 1).double().mean().item(), 0.01)
             # and no further from fp64 than eager (autocast rounds the inputs: eager's own
             # error is the yardstick)
-            error = (out.detach().double() - reference).norm() / reference.norm()
-            eager_error = (expected.detach().double() - reference).norm() / reference.norm()
+            error = (out.detach().double() - reference.detach()).norm() / reference.detach().norm()
+            eager_error = (expected.detach().double() - reference.detach()).norm() / reference.detach().norm()
             self.assertLessEqual(error.item(), 1.02 * eager_error.item() + 1e-7)
             if requires_grad:
                 grad = torch.randn_like(out)
                 out.backward(grad)
                 expected.backward(grad)
-                for t, e in zip(inputs, eager_inputs):
-                    torch.testing.assert_close(t.grad, e.grad, atol=2e-2, rtol=2e-2)
+                # the backward runs 16-bit matmuls: their rounding (and summation order)
+                # moves a gradient by a bf16 step relative to its size, not to each element
+                grads64 = torch.autograd.grad(reference, reference_inputs, grad.double())
+                for t, e, g64 in zip(inputs, eager_inputs, grads64):
+                    difference = (t.grad.double() - e.grad.double()).norm() / e.grad.double().norm()
+                    self.assertLessEqual(difference.item(), 2.0**-6)
+                    error = (t.grad.double() - g64).norm() / g64.norm()
+                    eager_error = (e.grad.double() - g64).norm() / g64.norm()
+                    self.assertLessEqual(error.item(), 1.1 * eager_error.item() + 1e-6)
 
 
 instantiate_parametrized_tests(GeluAddPatternTests)
