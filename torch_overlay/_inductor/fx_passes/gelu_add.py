@@ -426,12 +426,17 @@ bf16/fp16, r of x's shape or broadcast to it, with Inductor's pattern matcher in
 a post-grad pass, and lowers each match to one Pointwise node that rounds gelu to
 the input dtype before the add, as eager's two kernels do. The kernel is named
 ..._fused_gelu_add_..., and the replacement node keeps the matched unit
-(node.meta["gelu_add"]) for a later GEMM-epilogue lowering.
+(node.meta["torch_overlay_gelu_add"]). With the tensorcore_mm patch, a matmul
+whose only reader is such a node may lower to that template with the gelu-add as
+its epilogue: one kernel for gelu(F.linear(x, w, b)) + r, where its cost model
+predicts a win over cuBLAS plus the pointwise kernel.
 
 Measured on an H200 (torch 2.11.0+cu130, triton 3.6.0; BENCHMARKS.md,
 2026-11-21): the pointwise kernel matches stock's speed on 64M elements (1.00x,
-1.00x, 0.99x, 1.00x) and, like stock, is at the copy ceiling except bf16 erf
-(85% for both); gelu(F.linear) + r stays cuBLAS + one pointwise kernel
-(0.90-1.02x of stock; the GEMM-epilogue form is not part of this patch).""",
+1.00x, 1.00x, 0.98x) and, like stock, is at the copy ceiling except bf16 erf
+(86%, stock 87%). gelu(F.linear) + r in bf16 is cuBLAS + one gelu_add kernel,
+0.99-1.07x of stock: the one-kernel template form is never predicted faster on
+the H200 (forced, 0.189 ms against 0.168 at 8192x4096x1024). Experimental: the
+GEMM-epilogue speed target (1.10x) is not met.""",
     )
 )

@@ -26,6 +26,13 @@ is chosen over the range, and an M without a bound (``mark_dynamic(x, 0,
 max=...)``) keeps the stock path, since a decode-shaped kernel would also run
 every prefill.
 
+One row (M = 1, not batched) lowers to an Inductor reduction over K instead of the
+template (``_lower_gemv``): it reads the fp32 operands once, rounds them in
+registers and sums in fp32, and streams the weight faster than a row of 16-row
+tiles. A matmul whose only reader is a gelu-add (overlay ``gelu_add``) counts that
+epilogue in the cost model (stock pays a pointwise kernel for it); with it, 16-bit
+operands may take the template too, which then fuses the gelu-add (one kernel).
+
 Under max-autotune the template's configs are autotuned against the stock path
 expressed as a subgraph of the same fp32 inputs (cast + aten matmul), so the
 separate casts are timed too.
@@ -601,14 +608,18 @@ A per-operand cost model (template_heuristics/tensorcore_mm.py) chooses it only
 where it is predicted to win; elsewhere the stock lowering runs. Small M and N
 split K with a deterministic reduction; a bounded symbolic M gets one kernel.
 
+One row (M = 1) lowers instead to an Inductor reduction over K that reads the
+fp32 operands once (the template would run its MMAs 1/16 full). A matmul whose
+only reader is a gelu-add (the gelu_add patch) counts that epilogue in the cost
+model, and 16-bit operands may then take the template to fuse it.
+
 Measured on an H200 (torch 2.11.0+cu130, triton 3.6.0; BENCHMARKS.md,
-2026-11-21, and tools/check_tensorcore_mm.py the same day):
-- 16x4096x4096 bf16 autocast: the template takes 0.028 ms of GPU time (CUDA graph
-  replay) against 0.050-0.057 ms for stock's casts + cuBLAS, about 1.9x.
-- Calls without CUDA graphs at M <= 128: median 2.57x of stock (M=1: 2.57x,
-  M=16: 2.57x, M=128: 2.44x, 16x11008: 1.42x), mostly launches saved.
-- M=1024: 1.03x (the cost model keeps cuBLAS); M >= 2048: 1.00-1.06x.
-- Against stock max-autotune it still loses at M=1 (0.47x) and M=16 (0.77x).
+2026-11-21, F.linear under bf16 autocast, fp32 x and w, against stock default):
+- M=1: 2.10x (the reduction; stock max-autotune's own reduction ties it);
+  M=16: 1.67x, M=128: 1.37x, 16x11008: 1.70x, 16x12288: 1.78x; M=1024: 1.22x.
+- M >= 2048: the cost model keeps the stock path (0.93-1.01x, the run's noise).
+- Compile time: as stock at decode sizes; 0.85 s (M=128) and 1.25 s (M=1024)
+  against 0.3-0.6 s.
 Experimental: not all speed targets are met yet.""",
 ))
 
