@@ -215,6 +215,9 @@ class TestCostModel(TestCase):
         self.assertLess(preds["gemv"], min(v for k, v in preds.items() if k != "gemv"))
         batched = dataclasses.replace(self.linear_problem(*mnk), op="bmm", batch=2)
         self.assertEqual(heuristics.plan(batched, H200).path, "template")
+        # a symbolic M whose hint is 1 must serve larger M too: never the reduction
+        dynamic = heuristics.plan_dynamic_m(self.linear_problem(*mnk), H200, 64)
+        self.assertEqual(dynamic.path, "template", dynamic.describe())
 
     def test_plan_per_shape(self):
         # H200: at 1024x4096x4096 the weight cast in the kernel, 256x128x64 s3 swap, took

@@ -511,8 +511,9 @@ def compute_bound(p: Problem, dev: DeviceModel, fused_a: bool, fused_b: bool,
     return t["compute"] >= max(t["dram"], t["l2"])
 
 
-def plan(p: Problem, dev: DeviceModel) -> Plan:
-    """The fastest predicted way to run ``p``: the stock path or the template."""
+def plan(p: Problem, dev: DeviceModel, allow_gemv: bool = True) -> Plan:
+    """The fastest predicted way to run ``p``: the stock path, the template or (one
+    row, ``allow_gemv``) the gemv reduction."""
     stock = Prediction("stock", predict(p, dev))
     preds = [stock]
     options = []
@@ -523,7 +524,7 @@ def plan(p: Problem, dev: DeviceModel) -> Plan:
                 options.append((fused_a, fused_b))
     if _FORCED.get("path") == "stock":
         return Plan("stock", "forced", predictions=(stock,))
-    gemv = Prediction("gemv", predict_gemv(p, dev)) if gemv_applies(p) else None
+    gemv = Prediction("gemv", predict_gemv(p, dev)) if allow_gemv and gemv_applies(p) else None
     if _FORCED.get("path") == "gemv" and gemv is not None:
         return Plan("gemv", "forced", predictions=(stock, gemv))
     if _FORCED.get("fused") is not None:
@@ -573,7 +574,8 @@ def plan_dynamic_m(p: Problem, dev: DeviceModel, m_max: int,
     ``m_max`` it may be at most ``tolerance`` times slower than the stock path
     (a decode-shaped tile running a prefill would be far slower: then stock).
     """
-    base = plan(p, dev)
+    # a reduction over K for one row would run every larger M row by row: never here
+    base = plan(p, dev, allow_gemv=False)
     if base.path != "template" or m_max <= p.m or _FORCED.get("path"):
         return base
     scale = m_max / max(1, p.m)
