@@ -419,10 +419,14 @@ def _lower_gemv(a: Any, b: Any, bias: Any, alpha: Any, beta: Any,
         return ops.mul(_as_fp32(a_load([i, kk]), a_dtype, dtype),
                          _as_fp32(b_load([kk, j]), b_dtype, dtype))
 
+    try:  # F.linear's weight: K contiguous, each output reads one row of it
+        hint = ReductionHint.INNER if b.get_stride()[0] == 1 else ReductionHint.DEFAULT
+    except (NotImplementedError, AttributeError):  # an unrealized 16-bit cast: no layout yet
+        hint = ReductionHint.DEFAULT
     sums = ir.Reduction.create(
         device=a.get_device(), dst_dtype=torch.float32, src_dtype=torch.float32,
         inner_fn=product, ranges=[m, n], reduction_ranges=[k], reduction_type="sum",
-        reduction_hint=ReductionHint.INNER if b.get_stride()[0] == 1 else ReductionHint.DEFAULT)
+        reduction_hint=hint)
     sums.realize()  # a reduction is read through its buffer; the epilogue fuses into it
     sums_load = sums.make_loader()
     epilogue = tensorcore_epilogue(dtype, alpha, beta, bias is not None)
