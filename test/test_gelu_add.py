@@ -488,8 +488,8 @@ class GeluAddEpilogueTests(GeluAddTestCase):
 
     @parametrize("approximate", APPROXIMATIONS)
     def test_golden_gemm_epilogue_bf16(self, approximate):
-        code = self.code_with(gelu_linear(approximate), *linear_inputs(512, 768, 320, torch.bfloat16),
-                              force=(False, False))
+        inputs = linear_inputs(512, 768, 320, torch.bfloat16)
+        code = self.code_with(gelu_linear(approximate), *inputs, force=(False, False))
         self.assertOneKernel(code)
         self.assertExpectedCode(code)
 
@@ -509,7 +509,8 @@ class GeluAddEpilogueTests(GeluAddTestCase):
                               *linear_inputs(64, 256, 128, torch.bfloat16, lead=(4,)),
                               force=(False, False))
         self.assertEqual(template_kernels(code), [])
-        self.assertEqual(len(re.findall(r"triton_poi_fused_\w*gelu_add_\w*\d+\.run\(", "\n".join(code))), 1)
+        pointwise = re.findall(r"triton_poi_fused_\w*gelu_add_\w*\d+\.run\(", "\n".join(code))
+        self.assertEqual(len(pointwise), 1)
         self.assertEqual(self.overlay_counts["tensorcore_mm_fallback:not_autocast"], 1)
 
     def test_cost_model_keeps_cublas_plus_one_kernel(self):
@@ -517,7 +518,8 @@ class GeluAddEpilogueTests(GeluAddTestCase):
         # cuBLAS + the pointwise kernel 0.168-0.170
         code = self.code_with(gelu_linear("none"), *linear_inputs(8192, 4096, 1024, torch.bfloat16))
         self.assertEqual(template_kernels(code), [])
-        self.assertEqual(len(re.findall(r"triton_poi_fused_\w*gelu_add_\d+\.run\(", "\n".join(code))), 1)
+        pointwise = re.findall(r"triton_poi_fused_\w*gelu_add_\d+\.run\(", "\n".join(code))
+        self.assertEqual(len(pointwise), 1)
         self.assertIn("extern_kernels.addmm", "\n".join(code))
         self.assertEqual(self.overlay_counts["tensorcore_mm_stock:cost_model"], 1)
 
@@ -527,7 +529,8 @@ class GeluAddEpilogueTests(GeluAddTestCase):
             y = F.linear(x, w, b)
             return (F.gelu(y) + r) * y
 
-        code = self.code_with(fn, *linear_inputs(512, 768, 320, torch.bfloat16), force=(False, False))
+        inputs = linear_inputs(512, 768, 320, torch.bfloat16)
+        code = self.code_with(fn, *inputs, force=(False, False))
         self.assertEqual(template_kernels(code), [])
         self.assertEqual(self.overlay_counts["tensorcore_mm_template_gelu_add"], 0)
 
@@ -547,7 +550,8 @@ class GeluAddEpilogueTests(GeluAddTestCase):
         dtype = torch.bfloat16 if variant == "bf16" else torch.float32
         fn = gelu_linear(approximate, autocast=variant == "autocast")
         for requires_grad in (False, True):
-            inputs = linear_inputs(300, 520, 264, dtype, device=GPU_TYPE, requires_grad=requires_grad)
+            inputs = linear_inputs(300, 520, 264, dtype, device=GPU_TYPE,
+                                   requires_grad=requires_grad)
             eager_inputs = [t.detach().clone().requires_grad_(requires_grad) for t in inputs]
             torch._dynamo.reset()
             torch_overlay.enable(self.OVERLAYS)
@@ -574,8 +578,9 @@ class GeluAddEpilogueTests(GeluAddTestCase):
             self.assertLessEqual((steps > 1).double().mean().item(), 0.01)
             # and no further from fp64 than eager (autocast rounds the inputs: eager's own
             # error is the yardstick)
-            error = (out.detach().double() - reference.detach()).norm() / reference.detach().norm()
-            eager_error = (expected.detach().double() - reference.detach()).norm() / reference.detach().norm()
+            ref = reference.detach()
+            error = (out.detach().double() - ref).norm() / ref.norm()
+            eager_error = (expected.detach().double() - ref).norm() / ref.norm()
             self.assertLessEqual(error.item(), 1.02 * eager_error.item() + 1e-7)
             if requires_grad:
                 grad = torch.randn_like(out)

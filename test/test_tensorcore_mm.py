@@ -894,8 +894,9 @@ class TestTensorCoreMMGPU(TensorCoreMMTestCase):
     @requires_cuda_gpu
     @parametrize("op", ["mm", "addmm", "bmm", "baddbmm"])
     @parametrize("dtype", [BF16, FP16], name_fn=dtype_name)
+    # the last splits K (mm, addmm); M=1 takes the gemv reduction (mm, addmm)
     @parametrize("mnk", [(1, 4096, 4096), (1, 1001, 999), (16, 4096, 4096), (37, 1001, 999),
-                         (128, 256, 136), (200, 96, 4095), (16, 1024, 4096)],  # the last splits K (mm, addmm)
+                         (128, 256, 136), (200, 96, 4095), (16, 1024, 4096)],
                  name_fn=lambda mnk: "x".join(map(str, mnk)))
     def test_values(self, op, dtype, mnk):
         inputs = matmul_inputs(op, *mnk, batch=2, device=GPU_TYPE)

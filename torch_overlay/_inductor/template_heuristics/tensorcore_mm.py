@@ -475,7 +475,8 @@ def _epilogue_kernel_time(p: Problem, dev: DeviceModel) -> float:
     if p.epilogue is None:
         return 0.0
     e = p.epilogue
-    return (p.batch * p.m * p.n * HALF + e.read_bytes + e.write_bytes) / dev.copy_bw + dev.kernel_overhead
+    moved = p.batch * p.m * p.n * HALF + e.read_bytes + e.write_bytes
+    return moved / dev.copy_bw + dev.kernel_overhead
 
 
 def predict(p: Problem, dev: DeviceModel, fused_a: Optional[bool] = None,
