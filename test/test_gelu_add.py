@@ -123,21 +123,21 @@ class GeluAddTestCase(GoldenMixin, TestCase):
     def overlay_counts(self):
         return counters["torch_overlay"]
 
-    def cuda_code(self, fn, *inputs, overlay=True, dynamic=False):
-        """Generated CUDA code for the H200 (GPU-free here), overlay on or off."""
+    def cuda_code(self, fn, *inputs, overlay=True, dynamic=False, overlays=("gelu_add",)):
+        """Generated CUDA code for the H200 (GPU-free here), ``overlays`` on or none."""
         torch._dynamo.reset()
         if overlay:
-            torch_overlay.enable(["gelu_add"])
+            torch_overlay.enable(list(overlays))
         try:
             return get_code(torch.compile(fn, dynamic=dynamic), *inputs, gpu="h200")
         finally:
             torch_overlay.disable()
 
-    def compile_and_run(self, fn, *inputs, overlay=True, dynamic=False):
-        """(outputs, code) of a fresh compile on the inputs' device, overlay on or off."""
+    def compile_and_run(self, fn, *inputs, overlay=True, dynamic=False, overlays=("gelu_add",)):
+        """(outputs, code) of a fresh compile on the inputs' device, ``overlays`` on or none."""
         torch._dynamo.reset()
         if overlay:
-            torch_overlay.enable(["gelu_add"])
+            torch_overlay.enable(list(overlays))
         try:
             with (
                 inductor_config.patch(fx_graph_cache=False),
@@ -464,15 +464,10 @@ class GeluAddEpilogueTests(GeluAddTestCase):
     def code_with(self, fn, *inputs, force=None):
         from torch_overlay._inductor.template_heuristics import tensorcore_mm as heuristics
 
-        torch._dynamo.reset()
-        torch_overlay.enable(self.OVERLAYS)
         forced = (heuristics.forced("template", force) if force is not None
                   else contextlib.nullcontext())
-        try:
-            with forced, inductor_config.patch(shape_padding=False):
-                return get_code(torch.compile(fn), *inputs, gpu="h200")
-        finally:
-            torch_overlay.disable()
+        with forced, inductor_config.patch(shape_padding=False):
+            return self.cuda_code(fn, *inputs, overlays=self.OVERLAYS)
 
     def assertOneKernel(self, code):
         joined = "\n".join(code)
@@ -553,17 +548,11 @@ class GeluAddEpilogueTests(GeluAddTestCase):
             inputs = linear_inputs(300, 520, 264, dtype, device=GPU_TYPE,
                                    requires_grad=requires_grad)
             eager_inputs = [t.detach().clone().requires_grad_(requires_grad) for t in inputs]
-            torch._dynamo.reset()
-            torch_overlay.enable(self.OVERLAYS)
-            try:
-                # pad_mm would pad this odd matmul (when its benchmark says so): then a
-                # slice, not the gelu-add, reads the matmul, and stock keeps it
-                with heuristics.forced("template", (False, False) if variant == "bf16" else None), \
-                        inductor_config.patch(fx_graph_cache=False, shape_padding=False), \
-                        functorch_config.patch(enable_autograd_cache=False):
-                    out, code = run_and_get_code(torch.compile(fn), *inputs)
-            finally:
-                torch_overlay.disable()
+            # pad_mm would pad this odd matmul (when its benchmark says so): then a
+            # slice, not the gelu-add, reads the matmul, and stock keeps it
+            with heuristics.forced("template", (False, False) if variant == "bf16" else None), \
+                    inductor_config.patch(shape_padding=False):
+                out, code = self.compile_and_run(fn, *inputs, overlays=self.OVERLAYS)
             expected = fn(*eager_inputs)
             reference_inputs = [t.detach().double().requires_grad_(requires_grad) for t in inputs]
             reference = fn(*reference_inputs)

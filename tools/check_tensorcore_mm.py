@@ -111,12 +111,12 @@ def path_taken(counts: dict[str, int]) -> str:
 
 
 def compile_fn(fn: Callable, mode: str, dynamic: bool | None = False,
-               fresh: bool = True) -> Callable:
+               fresh: bool = True, overlays: tuple[str, ...] = ("tensorcore_mm",)) -> Callable:
     """torch.compile in a fresh Dynamo state: mode 'stock', 'overlay', 'max-autotune'
-    (stock) or 'overlay-max-autotune'. Static shapes unless ``dynamic`` is None (as
-    tools/bench.py): every shape is measured as its own static compile. ``fresh``
-    False keeps functions compiled before valid (a reset would make them recompile,
-    under whatever overlay state is current then)."""
+    (stock) or 'overlay-max-autotune', the overlay modes with ``overlays`` on. Static
+    shapes unless ``dynamic`` is None (as tools/bench.py): every shape is measured as
+    its own static compile. ``fresh`` False keeps functions compiled before valid (a
+    reset would make them recompile, under whatever overlay state is current then)."""
     from torch._dynamo.utils import counters
 
     if fresh:
@@ -124,7 +124,7 @@ def compile_fn(fn: Callable, mode: str, dynamic: bool | None = False,
     counters.clear()
     torch_overlay.disable()
     if mode.startswith("overlay"):
-        torch_overlay.enable(["tensorcore_mm"])
+        torch_overlay.enable(list(overlays))
     options = {"max_autotune": True} if mode.endswith("max-autotune") else None
     return torch.compile(fn, dynamic=dynamic, options=options)
 
@@ -768,13 +768,10 @@ def part_epilogue(budget_s: float) -> list[dict]:
 
     def run_overlay(fn, inputs, forced_cfg=None):
         from torch._inductor.utils import run_and_get_code
-        torch._dynamo.reset()
-        torch_overlay.disable()
-        torch_overlay.enable(["tensorcore_mm", "gelu_add"])
         ctx = (h.forced("template", (False, False), forced_cfg) if forced_cfg is not None
                else contextlib.nullcontext())
         with no_caches(), ctx, PlanRecorder() as rec:
-            compiled = torch.compile(fn, dynamic=False)
+            compiled = compile_fn(fn, "overlay", overlays=("tensorcore_mm", "gelu_add"))
             out, code = run_and_get_code(compiled, *inputs)
         src = "\n".join(code)
         kernels = src.count("@triton.jit")
@@ -803,10 +800,8 @@ def part_epilogue(budget_s: float) -> list[dict]:
                     eager = fn(*inputs)
                     ref = gelu_linear_fn(approximate)(*[t.double() for t in inputs])
                     scale = (eager - inputs[3]).abs() + inputs[3].abs()  # |gelu| + |r|
-                    torch._dynamo.reset()
-                    torch_overlay.disable()
                     with no_caches():
-                        stock = torch.compile(fn, dynamic=False)
+                        stock = compile_fn(fn, "stock")
                         stock(*inputs)
                         stock_ms = median_ms(lambda: stock(*inputs))
                     row(label, "stock", stock_ms, stock_ms)

@@ -197,6 +197,11 @@ class Problem:
     def flops(self) -> float:
         return 2.0 * self.batch * self.m * self.n * self.k
 
+    @property
+    def operands(self) -> list[Operand]:
+        """The inputs the matmul reads: a, b and the bias if any."""
+        return [self.a, self.b] + ([self.bias] if self.bias is not None else [])
+
 
 @dataclasses.dataclass(frozen=True)
 class TileConfig:
@@ -483,7 +488,7 @@ def predict(p: Problem, dev: DeviceModel, fused_a: Optional[bool] = None,
             fused_b: Optional[bool] = None, config: Optional[TileConfig] = None) -> float:
     """Predicted seconds: the stock path when ``fused_a`` is None, else the template."""
     if fused_a is None:
-        ops = [p.a, p.b] + ([p.bias] if p.bias is not None else [])
+        ops = p.operands
         casts = sum(_cast_time(op, dev) for op in ops if op.castable)
         bytes16 = sum(op.numel for op in ops) * HALF + p.batch * p.m * p.n * HALF
         return (casts + max(p.flops / dev.mm_flops, bytes16 / dev.copy_bw) + dev.kernel_overhead
@@ -495,7 +500,7 @@ def predict(p: Problem, dev: DeviceModel, fused_a: Optional[bool] = None,
 
 def predict_gemv(p: Problem, dev: DeviceModel) -> float:
     """M = 1 as a reduction over K (``gemv``): every operand read once, as it is stored."""
-    ops = [p.a, p.b] + ([p.bias] if p.bias is not None else [])
+    ops = p.operands
     casts = sum(_cast_time(op, dev) for op in ops if op.fp32_source and op.cast_shared)
     read = sum(op.numel * (FP32 if op.castable else HALF) for op in ops)
     return casts + (read + p.n * HALF) / (dev.copy_bw * dev.stream_gemv) + dev.kernel_overhead
