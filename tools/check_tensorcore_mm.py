@@ -407,6 +407,13 @@ def linear_fn():
     return fn
 
 
+def linear_inputs(m: int, n: int, k: int, generator=None) -> list[torch.Tensor]:
+    """x [m, k], w [n, k] scaled by 1/sqrt(k) (outputs of order one), bias [n]: fp32."""
+    return [torch.randn(m, k, device=DEV, generator=generator),
+            torch.randn(n, k, device=DEV, generator=generator) / math.sqrt(k),
+            torch.randn(n, device=DEV, generator=generator)]
+
+
 def timed_compile(fn, mode, inputs, code: bool = False, fresh: bool = True):
     """(compiled, seconds of the first call[, generated code])."""
     from torch._inductor.utils import run_and_get_code
@@ -486,9 +493,7 @@ def part_perf(rows: list[PerfRow], budget_s: float, with_maxat: bool) -> None:
             rows.append(row)
             with guarded(f"perf {shape}"):
                 g = torch.Generator(device=DEV).manual_seed(0)
-                inputs = [torch.randn(m, k, device=DEV, generator=g),
-                          torch.randn(n, k, device=DEV, generator=g) / math.sqrt(k),
-                          torch.randn(n, device=DEV, generator=g)]
+                inputs = linear_inputs(m, n, k, generator=g)
                 row.eager = median_ms(lambda: fn(*inputs))
                 stock, row.ct_stock = timed_compile(fn, "stock", inputs)
                 # measured before the overlay compiles: Dynamo caches per code object, so a
@@ -604,8 +609,7 @@ def part_overlay_max_autotune(budget_s: float) -> None:
             break
         with guarded(f"overlay max-autotune {shape}"):
             m, n, k = shape[0], sz(shape[1]), sz(shape[2])
-            inputs = [torch.randn(m, k, device=DEV), torch.randn(n, k, device=DEV) / math.sqrt(k),
-                      torch.randn(n, device=DEV)]
+            inputs = linear_inputs(m, n, k)
             with no_caches():
                 compiled = compile_fn(fn, "overlay-max-autotune")
                 t0 = time.perf_counter()
@@ -677,8 +681,7 @@ def part_variants(budget_s: float) -> list[dict]:
             break
         with guarded(f"variant {shape} {label}"):
             m, n, k = shape[0], sz(shape[1]), sz(shape[2])
-            inputs = [torch.randn(m, k, device=DEV), torch.randn(n, k, device=DEV) / math.sqrt(k),
-                      torch.randn(n, device=DEV)]
+            inputs = linear_inputs(m, n, k)
             if shape not in stock_ms:
                 with no_caches():
                     stock = compile_fn(fn, "stock")
