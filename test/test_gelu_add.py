@@ -181,6 +181,18 @@ class GeluAddPatternTests(GeluAddTestCase):
         rounding = re.compile(r"(tmp\d+) = tmp\d+\.to\(tl\.(\w+)\)\n\s+tmp\d+ = \1\.to\(tl\.float32\)")
         rounded_to = [m.group(2) for m in rounding.finditer("\n".join(code))]
         self.assertEqual(rounded_to, [] if dtype == torch.float32 else [dtype_name(dtype)] * 3)
+        # 16-bit: 16 elements a thread (XBLOCK 2048 with 4 warps), fp32 as stock
+        hint = re.findall(r"min_elem_per_thread=(\d+)", "\n".join(code))
+        self.assertEqual(hint, ["0" if dtype == torch.float32 else "16"])
+
+    def test_elements_per_thread_only_for_all_16_bit(self):
+        def fn(x, r):
+            return F.gelu(x) + r.float()  # bf16 gelu, an fp32 add and output
+
+        x, r = make_inputs(torch.bfloat16, cases=SAME_X_CASES[:1])
+        code = "\n".join(self.cuda_code(fn, x, r))
+        self.assertEqual(self.overlay_counts["gelu_add_matched"], 1)
+        self.assertEqual(re.findall(r"min_elem_per_thread=(\d+)", code), ["0"])
 
     def test_disabled_is_stock(self):
         fn = product_of(gelu_add_three_ways("none"))

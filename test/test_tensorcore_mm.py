@@ -223,7 +223,7 @@ class TestCostModel(TestCase):
         # H200: at 1024x4096x4096 the weight cast in the kernel, 256x128x64 s3 swap, took
         # 70.1 us against stock's 88.0; at 2048 134.9 against 138.2 (no clear win: stock)
         T = heuristics.TileConfig
-        decode = T(16, 32, 128, 8, 4, 6)
+        decode = T(16, 32, 128, 8, 4, 3)  # thin fp32 tiles: 3 stages
         expected = {
             (1, 4096, 4096): ("gemv", False, False, None),
             (16, 4096, 4096): ("template", True, True, decode),

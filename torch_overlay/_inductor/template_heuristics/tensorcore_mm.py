@@ -316,8 +316,12 @@ def select_configs(p: Problem, dev: DeviceModel, fused_a: bool, fused_b: bool,
         # and 128x64 w8 61.7 (all casting both operands)
         warps = 8 if block_m * block_n > 128 * 64 else 4
         split = _split_k(p, dev, block_m, block_n, block_k)
-        base = TileConfig(block_m, block_n, block_k, GROUP_M=8, num_warps=warps, num_stages=6,
-                          SPLIT_K=split)
+        # thin tiles streaming an fp32 weight: 3 stages, not 6 (H200, 16x11008x4096:
+        # 16x32x128 w4 55.2 us at s3, 58.4 at s6; 16x4096x4096, best per depth: s3 26.9,
+        # s6 27.4; deeper pipelines only cost compile time)
+        stages = 3 if b_size == FP32 and block_m <= 32 else 6
+        base = TileConfig(block_m, block_n, block_k, GROUP_M=8, num_warps=warps,
+                          num_stages=stages, SPLIT_K=split)
         variants = [base]
         if exhaustive:
             variants += [
@@ -331,7 +335,7 @@ def select_configs(p: Problem, dev: DeviceModel, fused_a: bool, fused_b: bool,
             variants += [
                 dataclasses.replace(base, num_warps=12 - warps),
             ]
-        most = 6
+        most = stages
     else:
         swap = fused_b and not fused_a
         wide = p.n >= 4096 and m >= 1024 and not (fused_a or fused_b)
