@@ -181,17 +181,20 @@ class GeluAddPatternTests(GeluAddTestCase):
         rounding = re.compile(r"(tmp\d+) = tmp\d+\.to\(tl\.(\w+)\)\n\s+tmp\d+ = \1\.to\(tl\.float32\)")
         rounded_to = [m.group(2) for m in rounding.finditer("\n".join(code))]
         self.assertEqual(rounded_to, [] if dtype == torch.float32 else [dtype_name(dtype)] * 3)
-        # 16-bit: 16 elements a thread (XBLOCK 2048 with 4 warps), fp32 as stock
-        hint = re.findall(r"min_elem_per_thread=(\d+)", "\n".join(code))
-        self.assertEqual(hint, ["0" if dtype == torch.float32 else "16"])
+        # tensors this small keep Inductor's elements per thread
+        self.assertEqual(re.findall(r"min_elem_per_thread=(\d+)", "\n".join(code)), ["0"])
 
-    def test_elements_per_thread_only_for_all_16_bit(self):
-        def fn(x, r):
-            return F.gelu(x) + r.float()  # bf16 gelu, an fp32 add and output
-
-        x, r = make_inputs(torch.bfloat16, cases=SAME_X_CASES[:1])
-        code = "\n".join(self.cuda_code(fn, x, r))
+    @parametrize("dtype", DTYPES, name_fn=dtype_name)
+    def test_elements_per_thread_for_large_16_bit(self, dtype):
+        # 16M elements (fake tensors: nothing allocated on a device): 16-bit kernels take
+        # 16 elements a thread (XBLOCK 2048 with 4 warps), fp32 stays as stock
+        x, r = (torch.empty(4096, 4096, dtype=dtype) for _ in range(2))
+        code = "\n".join(self.cuda_code(lambda x, r: F.gelu(x) + r, x, r))
         self.assertEqual(self.overlay_counts["gelu_add_matched"], 1)
+        self.assertEqual(re.findall(r"min_elem_per_thread=(\d+)", code),
+                         ["0" if dtype == torch.float32 else "16"])
+        # a bf16 gelu with an fp32 residual, add and output: not all 16-bit
+        code = "\n".join(self.cuda_code(lambda x, r: F.gelu(x) + r.float(), x, r))
         self.assertEqual(re.findall(r"min_elem_per_thread=(\d+)", code), ["0"])
 
     def test_disabled_is_stock(self):

@@ -316,10 +316,12 @@ def select_configs(p: Problem, dev: DeviceModel, fused_a: bool, fused_b: bool,
         # and 128x64 w8 61.7 (all casting both operands)
         warps = 8 if block_m * block_n > 128 * 64 else 4
         split = _split_k(p, dev, block_m, block_n, block_k)
-        # thin tiles streaming an fp32 weight: 3 stages, not 6 (H200, 16x11008x4096:
-        # 16x32x128 w4 55.2 us at s3, 58.4 at s6; 16x4096x4096, best per depth: s3 26.9,
-        # s6 27.4; deeper pipelines only cost compile time)
-        stages = 3 if b_size == FP32 and block_m <= 32 else 6
+        # thin tiles streaming an fp32 weight, several tiles an SM: 3 stages let them
+        # share it (H200: 16x11008x4096 55.5 us at s3, 57.8 at s6; 16x12288x4096 59.8,
+        # 61.9); one tile an SM needs the deep pipeline (16x4096x4096: 32.3 at s3, 27.7)
+        tiles = p.batch * grid_m * math.ceil(p.n / block_n) * split
+        shared_sm = b_size == FP32 and block_m <= 32 and tiles >= 2 * dev.sm_count
+        stages = 3 if shared_sm else 6
         base = TileConfig(block_m, block_n, block_k, GROUP_M=8, num_warps=warps,
                           num_stages=stages, SPLIT_K=split)
         variants = [base]
