@@ -197,6 +197,18 @@ class GeluAddPatternTests(GeluAddTestCase):
         code = "\n".join(self.cuda_code(lambda x, r: F.gelu(x) + r.float(), x, r))
         self.assertEqual(re.findall(r"min_elem_per_thread=(\d+)", code), ["0"])
 
+    def test_elements_per_thread_configs(self):
+        # what Inductor's pointwise heuristic makes of the hint: both autotuned configs
+        # at 16 elements a thread (H200: 101% of the copy bandwidth), none past its
+        # XBLOCK limit (an assert there would fail the compile)
+        from torch._inductor.runtime import triton_heuristics
+
+        configs = triton_heuristics.pointwise(
+            {"x": 1 << 26}, triton_meta={"device": None, "signature": {}},
+            min_elem_per_thread=gelu_add_overlay._elements_per_thread(),
+            inductor_meta={"autotune_pointwise": True}, return_configs=True)
+        self.assertEqual([(c.kwargs["XBLOCK"], c.num_warps) for c in configs], [(2048, 4), (4096, 8)])
+
     def test_disabled_is_stock(self):
         fn = product_of(gelu_add_three_ways("none"))
         code = self.cuda_code(fn, *make_inputs(torch.bfloat16, cases=SAME_X_CASES), overlay=False)

@@ -370,6 +370,15 @@ for _approximate in APPROXIMATIONS:
 # blocks no longer fill the SMs (0.84x stock).
 MIN_ELEM_PER_THREAD_16BIT = 16
 MIN_NUMEL_FOR_16_PER_THREAD = 1 << 24
+# the heuristic's configs run up to 8 warps of 32 threads, and it asserts XBLOCK <= 4096
+# (TRITON_MAX_BLOCK): more than 16 elements a thread would fail the compile
+_MOST_WARPS, _WARP = 8, 32
+
+
+def _elements_per_thread() -> int:
+    from torch._inductor.runtime.hints import TRITON_MAX_BLOCK
+
+    return min(MIN_ELEM_PER_THREAD_16BIT, TRITON_MAX_BLOCK["X"] // (_MOST_WARPS * _WARP))
 
 
 def _runs_16bit_gelu_add(kernel: Any) -> bool:
@@ -397,7 +406,7 @@ def _wrap_codegen_kernel(original: Any) -> Any:
     def codegen_kernel(self: Any, *args: Any, **kwargs: Any) -> Any:
         try:
             if _runs_16bit_gelu_add(self):
-                self.min_elem_per_thread = max(self.min_elem_per_thread, MIN_ELEM_PER_THREAD_16BIT)
+                self.min_elem_per_thread = max(self.min_elem_per_thread, _elements_per_thread())
         except Exception:  # a tuning hint only: never a reason to fail the compile
             log.debug("gelu_add: elements-per-thread hint skipped", exc_info=True)
         return original(self, *args, **kwargs)
