@@ -490,11 +490,12 @@ its epilogue: one kernel for gelu(F.linear(x, w, b)) + r, where its cost model
 predicts a win over cuBLAS plus the pointwise kernel.
 
 Measured on an H200 (torch 2.11.0+cu130, triton 3.6.0; BENCHMARKS.md,
-2026-11-21): the pointwise kernel matches stock's speed on 64M elements (1.00x,
-1.00x, 1.00x, 0.98x) and, like stock, is at the copy ceiling except bf16 erf
-(86%, stock 87%). gelu(F.linear) + r in bf16 is cuBLAS + one gelu_add kernel,
-0.99-1.07x of stock: the one-kernel template form is never predicted faster on
-the H200 (forced, 0.189 ms against 0.168 at 8192x4096x1024). Experimental: the
-GEMM-epilogue speed target (1.10x) is not met.""",
+2026-11-21): on 64M elements the pointwise kernel is at the copy ceiling in
+fp32 (1.00x stock) and bf16 tanh (96%, 0.99x); bf16 erf, the one compute-heavy
+form, runs 16 elements a thread (Inductor's min_elem_per_thread, from 16M
+elements up): 93% of the copy ceiling, 1.08x stock (87%). gelu(F.linear) + r in
+bf16 is cuBLAS + one gelu_add kernel, 0.99-1.02x of stock at 8192x4096x1024: the
+one-kernel template form is never predicted faster on the H200 (forced, 0.189 ms
+against 0.168). Experimental: the GEMM-epilogue speed target (1.10x) is not met.""",
     )
 )
