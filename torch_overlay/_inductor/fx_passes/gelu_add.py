@@ -11,6 +11,10 @@ broadcast to it. Each match becomes one Pointwise node, so one fused kernel name
 Numerics follow eager: gelu is computed in fp32 and, on bf16/fp16, rounded to that
 dtype before the add, as eager's two kernels do. Stock Inductor skips that rounding
 (its fused kernel differs from eager by up to one bf16/fp16 step on many elements).
+A large all-16-bit kernel (16M elements up) asks Inductor's pointwise heuristic for
+16 elements a thread (``min_elem_per_thread``, as fp8 casts do), through a wrapper of
+``TritonKernel.codegen_kernel``: with the erf form's instructions, Inductor's 8 leave
+too few loads in flight to reach the copy bandwidth.
 
 For a GEMM epilogue (issue 6 part 3, built on ``tensorcore_mm``) the matched unit
 stays visible: the replacement node carries ``node.meta[GELU_ADD_META]`` (a
@@ -439,8 +443,9 @@ def gelu_add_pass(graph: torch.fx.Graph) -> None:
             counters[COUNTERS]["gelu_add_matched"] += 1
 
 
-# Nothing is patched: these hooks fingerprint the upstream code the pass relies on.
-_DEPENDS_ON = (
+# The upstream code the pass relies on, fingerprinted, and one patch: the kernel
+# source hook that asks for 16 elements a thread.
+_HOOKS = (
     # the decomposed form the patterns match, constants included
     Hook.depends_on("torch._refs.nn.functional.gelu"),
     # replacement node: target partial(handler, match), meta of the matched output
@@ -460,7 +465,7 @@ OVERLAY = REGISTRY.register(
         name="gelu_add",
         purpose="gelu(x) + r (both approximations, fp32/bf16/fp16, broadcast r) as one "
         "pointwise kernel named gelu_add, rounded like eager",
-        hooks=_DEPENDS_ON,
+        hooks=_HOOKS,
         validated={
             "2.11.0": {
                 "torch._refs.nn.functional.gelu": "4ea763f940daf27e",
