@@ -105,6 +105,11 @@ def fp64_reference(fn, inputs, dtype):
     return [o.to(dtype) if dtype == torch.float32 else o for o in outs]
 
 
+def elements_per_thread(code: list[str]) -> list[str]:
+    """The ``min_elem_per_thread`` of each pointwise kernel's heuristic."""
+    return re.findall(r"min_elem_per_thread=(\d+)", "\n".join(code))
+
+
 def kernel_names(code: list[str]) -> list[str]:
     return sorted(set(re.findall(r"\b(?:triton_poi|cpp)_fused_\w+?_\d+\b", "\n".join(code))))
 
@@ -182,20 +187,19 @@ class GeluAddPatternTests(GeluAddTestCase):
         rounded_to = [m.group(2) for m in rounding.finditer("\n".join(code))]
         self.assertEqual(rounded_to, [] if dtype == torch.float32 else [dtype_name(dtype)] * 3)
         # tensors this small keep Inductor's elements per thread
-        self.assertEqual(re.findall(r"min_elem_per_thread=(\d+)", "\n".join(code)), ["0"])
+        self.assertEqual(elements_per_thread(code), ["0"])
 
     @parametrize("dtype", DTYPES, name_fn=dtype_name)
     def test_elements_per_thread_for_large_16_bit(self, dtype):
         # 16M elements (fake tensors: nothing allocated on a device): 16-bit kernels take
         # 16 elements a thread (XBLOCK 2048 with 4 warps), fp32 stays as stock
         x, r = (torch.empty(4096, 4096, dtype=dtype) for _ in range(2))
-        code = "\n".join(self.cuda_code(lambda x, r: F.gelu(x) + r, x, r))
+        code = self.cuda_code(lambda x, r: F.gelu(x) + r, x, r)
         self.assertEqual(self.overlay_counts["gelu_add_matched"], 1)
-        self.assertEqual(re.findall(r"min_elem_per_thread=(\d+)", code),
-                         ["0" if dtype == torch.float32 else "16"])
+        self.assertEqual(elements_per_thread(code), ["0" if dtype == torch.float32 else "16"])
         # a bf16 gelu with an fp32 residual, add and output: not all 16-bit
-        code = "\n".join(self.cuda_code(lambda x, r: F.gelu(x) + r.float(), x, r))
-        self.assertEqual(re.findall(r"min_elem_per_thread=(\d+)", code), ["0"])
+        code = self.cuda_code(lambda x, r: F.gelu(x) + r.float(), x, r)
+        self.assertEqual(elements_per_thread(code), ["0"])
 
     def test_elements_per_thread_configs(self):
         # what Inductor's pointwise heuristic makes of the hint: both autotuned configs

@@ -621,7 +621,7 @@ model, and 16-bit operands may then take the template to fuse it.
 
 Measured on an H200 (torch 2.11.0+cu130, triton 3.6.0; BENCHMARKS.md,
 2026-11-21, F.linear under bf16 autocast, fp32 x and w, against stock default):
-- M=1: 2.10x (the reduction; stock max-autotune 0.98x of it, 0.0216 ms);
+- M=1: 2.10x (the reduction; 1.02x stock max-autotune's 0.0216 ms);
   M=16: 1.65x, M=128: 1.35x, 16x11008: 1.76x, 16x12288: 1.80x; M=1024: 1.24x.
 - M >= 2048: the cost model keeps the stock path (0.96-1.00x, the run's noise).
 - Compile time: at most 1.33x stock at decode sizes, 1.10x at M=128 (0.65 s),
