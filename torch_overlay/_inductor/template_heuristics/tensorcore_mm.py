@@ -297,10 +297,9 @@ def select_configs(p: Problem, dev: DeviceModel, fused_a: bool, fused_b: bool,
         return [forced] if _fits(forced, a_size, b_size, dev) else []
     m = max(1, p.m)
     if m <= 256:
-        block_m = _pow2_at_least(m, 16, 64) if m <= 128 else 128
-        # 512-byte fp32 rows per load while tiles are thin; deeper pipelines after
-        block_k = 128 if max(a_size, b_size) == FP32 and block_m <= 32 else 64
-        block_k = min(block_k, _pow2_at_least(p.k, 16, 128))
+        # an fp32 weight: one row tile up to 128 rows, so it is streamed once (H200,
+        # 128x4096x4096 with x cast apart: 128x32x128 s4 24.6 us, 64x64x64 s6 27.4)
+        block_m = _pow2_at_least(m, 16, 128 if b_size == FP32 else 64) if m <= 128 else 128
         grid_m = math.ceil(m / block_m)
         # an fp32 weight streamed by thin row tiles: at most 32 columns a tile, more
         # tiles (H200, 16x11008x4096: BN32 59.4 us, BN64 69.3 us; 16x4096x4096: 28.0, 29.5)
@@ -312,6 +311,10 @@ def select_configs(p: Problem, dev: DeviceModel, fused_a: bool, fused_b: bool,
             if p.batch * grid_m * math.ceil(p.n / w) >= 0.9 * dev.sm_count:
                 block_n = w
                 break
+        # 512-byte fp32 rows per load while tiles are thin; deeper pipelines after
+        thin = block_m <= 32 or (b_size == FP32 and block_n <= 32)
+        block_k = 128 if max(a_size, b_size) == FP32 and thin else 64
+        block_k = min(block_k, _pow2_at_least(p.k, 16, 128))
         # 4 warps: on the H200 at 128x4096x4096, 128x32 w4 took 40.4 us, 64x128 w8 57.7
         # and 128x64 w8 61.7 (all casting both operands)
         warps = 8 if block_m * block_n > 128 * 64 else 4
