@@ -23,6 +23,14 @@
    shapes, against the cost model's predictions: what to change in
    torch_overlay/_inductor/template_heuristics/tensorcore_mm.py when targets miss.
 
+5. epilogue: gelu(F.linear(x, w, b)) + r through the template, forced configs against
+   stock and addmm_act (issue 6, part 3).
+6. limits (only when asked: --parts limits): what bounds the targets the template
+   misses. The time of a pure read of the fp32 weight (a Triton streaming read,
+   torch.sum, the cast); the best decode kernel of each class Triton offers (pointer
+   loads as the template's, TMA descriptor loads, TMA with automatic warp
+   specialization); at M=1024, template configs' time against their cold compile.
+
 Order: perf first (its stock max-autotune compiles are what --budget-s trims), then
 values, training, 3b and variants (trimmed too). A summary is printed last.
 
@@ -827,6 +835,156 @@ def part_epilogue(budget_s: float) -> list[dict]:
     return results
 
 
+# -------------------------------------------------------------------------- 6. limits
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # the GPU-free plumbing (--smoke-cpu) does not need these kernels
+    triton = None
+
+if triton is not None:
+    @triton.jit
+    def _stream_read_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr, ITERS: tl.constexpr):
+        # each program sums ITERS contiguous blocks: the weight is read once, nothing else
+        pid = tl.program_id(0).to(tl.int64)
+        acc = tl.zeros([BLOCK], tl.float32)
+        for i in range(ITERS):
+            offs = (pid * ITERS + i) * BLOCK + tl.arange(0, BLOCK)
+            acc += tl.load(x_ptr + offs, eviction_policy="evict_first")
+        tl.store(out_ptr + pid, tl.sum(acc))
+
+    @triton.jit
+    def _decode_ptr_kernel(x_ptr, w_ptr, out_ptr, N, K, BM: tl.constexpr, BN: tl.constexpr,
+                           BK: tl.constexpr, STAGES: tl.constexpr):
+        # the template's design without Inductor around it: fp32 loads, cast in registers
+        pid_n = tl.program_id(0)
+        rm = tl.arange(0, BM)
+        rn = pid_n * BN + tl.arange(0, BN)
+        rk = tl.arange(0, BK)
+        acc = tl.zeros((BM, BN), tl.float32)
+        for k in tl.range(0, K, BK, num_stages=STAGES):
+            x = tl.load(x_ptr + rm[:, None] * K + (k + rk)[None, :])
+            w = tl.load(w_ptr + rn[None, :] * K + (k + rk)[:, None])
+            acc = tl.dot(x.to(tl.bfloat16), w.to(tl.bfloat16), acc)
+        tl.store(out_ptr + rm[:, None] * N + rn[None, :], acc.to(tl.bfloat16))
+
+    @triton.jit
+    def _decode_tma_kernel(x_desc, w_desc, out_ptr, N, K, BM: tl.constexpr, BN: tl.constexpr,
+                           BK: tl.constexpr, STAGES: tl.constexpr, WARP_SPECIALIZE: tl.constexpr):
+        # the same with TMA loads, and optionally Triton's automatic warp specialization
+        pid_n = tl.program_id(0)
+        acc = tl.zeros((BM, BN), tl.float32)
+        for k in tl.range(0, K, BK, num_stages=STAGES, warp_specialize=WARP_SPECIALIZE):
+            x = x_desc.load([0, k])
+            w = w_desc.load([pid_n * BN, k])
+            acc = tl.dot(x.to(tl.bfloat16), w.to(tl.bfloat16).T, acc)
+        rm = tl.arange(0, BM)
+        rn = pid_n * BN + tl.arange(0, BN)
+        tl.store(out_ptr + rm[:, None] * N + rn[None, :], acc.to(tl.bfloat16))
+
+
+def part_limits() -> None:
+    """What bounds issue 5's decode and M=1024 targets (see the docstring, 6.)."""
+    import itertools
+
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    from torch_overlay._inductor.template_heuristics import tensorcore_mm as h
+
+    log("\n== 6. limits: pure reads, decode kernel classes, M=1024 compile (do_bench medians) ==")
+    fn = linear_fn()
+    for n in (4096, 11008):
+        with guarded(f"limits read {n}"):
+            w = torch.randn(n, 4096, device=DEV)
+            mb = w.numel() * 4 / 1e6
+            best = (math.inf, "")
+            for block, iters, warps in itertools.product((1024, 2048, 4096, 8192), (1, 2, 4, 8, 16),
+                                                         (4, 8, 16)):
+                if w.numel() % (block * iters):
+                    continue
+                grid = w.numel() // (block * iters)
+                out = torch.empty(grid, device=DEV)
+                ms = median_ms(lambda: _stream_read_kernel[(grid,)](
+                    w, out, BLOCK=block, ITERS=iters, num_warps=warps))
+                best = min(best, (ms, f"BLOCK {block} ITERS {iters} w{warps}"))
+            log(f"read {n}x4096 fp32 ({mb:.0f} MB): triton {best[0]:.4f} ms "
+                f"({mb / 1e3 / best[0]:.2f} TB/s, {best[1]}), torch.sum {median_ms(w.sum):.4f}, "
+                f"to(bf16) {median_ms(lambda: w.to(BF16)):.4f}", summary=True)
+    for m, n, k in [(16, 4096, 4096), (16, 11008, 4096)]:
+        with guarded(f"limits decode {(m, n, k)}"):
+            inputs = linear_inputs(m, n, k)
+            x, w = inputs[0], inputs[1]
+            with no_caches():
+                stock = compile_fn(fn, "stock")
+                stock(*inputs)
+                stock_ms = median_ms(lambda: stock(*inputs))
+                overlay = compile_fn(fn, "overlay")
+                overlay(*inputs)
+                overlay_ms = median_ms(lambda: overlay(*inputs))
+            torch_overlay.disable()
+            want = F.linear(x.to(BF16), w.to(BF16)).float()
+            out = torch.empty(m, n, device=DEV, dtype=BF16)
+            # device-side TMA descriptors need scratch memory
+            triton.set_allocator(
+                lambda size, align, stream: torch.empty(size, dtype=torch.int8, device=DEV))
+            best: dict[str, tuple[float, str]] = {}
+            configs = itertools.product((16, 32, 64), (64, 128), (3, 4, 6), (4, 8))
+            for bn, bk, stages, warps in configs:
+                launches = {"pointer": lambda: _decode_ptr_kernel[(n // bn,)](
+                    x, w, out, n, k, BM=m, BN=bn, BK=bk, STAGES=stages, num_warps=warps)}
+                xd = TensorDescriptor.from_tensor(x, [m, bk])
+                wd = TensorDescriptor.from_tensor(w, [bn, bk])
+                for ws in (False, True):
+                    launches["tma + warp spec." if ws else "tma"] = (
+                        lambda ws=ws: _decode_tma_kernel[(n // bn,)](
+                            xd, wd, out, n, k, BM=m, BN=bn, BK=bk, STAGES=stages,
+                            WARP_SPECIALIZE=ws, num_warps=warps))
+                for kind, launch in launches.items():
+                    try:
+                        launch()
+                    except Exception as e:  # noqa: BLE001 - a config that does not compile
+                        log(f"  {kind} BN{bn} BK{bk} s{stages} w{warps}: {type(e).__name__}")
+                        continue
+                    if not torch.allclose(out.float(), want, atol=2e-2, rtol=2e-2):
+                        FAILURES.append(f"limits {kind} {(m, n, k)} BN{bn} BK{bk}: wrong values")
+                        continue
+                    ms = median_ms(launch)
+                    best[kind] = min(best.get(kind, (math.inf, "")),
+                                     (ms, f"BN{bn} BK{bk} s{stages} w{warps}"))
+            text = ", ".join(f"{kind} {ms:.4f} ({stock_ms / ms:.2f}x, {cfg})"
+                             for kind, (ms, cfg) in best.items())
+            log(f"decode {m}x{n}x{k}: stock {stock_ms:.4f}, overlay {overlay_ms:.4f} "
+                f"({stock_ms / overlay_ms:.2f}x); best of 36 configs: {text}", summary=True)
+    T = h.TileConfig
+    m, n, k = 1024, 4096, 4096
+    inputs = linear_inputs(m, n, k)
+
+    def cold(mode, forced=None):
+        # a fresh Triton cache: the first call's time is a cold compile
+        import tempfile
+        from unittest import mock
+        with (no_caches(), mock.patch.dict("os.environ", {"TRITON_CACHE_DIR": tempfile.mkdtemp()}),
+              h.forced(*forced) if forced else contextlib.nullcontext()):
+            compiled, seconds = timed_compile(fn, mode, inputs)
+        ms = median_ms(lambda: compiled(*inputs))
+        torch_overlay.disable()
+        return ms, seconds
+
+    with guarded("limits compile 1024"):
+        stock_ms, stock_s = cold("stock")
+        log(f"M=1024: stock {stock_ms:.4f} ms, cold compile {stock_s:.2f} s", summary=True)
+        ms, s = cold("overlay")
+        log(f"M=1024: overlay (plan) {ms:.4f} ms ({stock_ms / ms:.2f}x), "
+            f"{s:.2f} s ({s / stock_s:.2f}x)", summary=True)
+        for c in (T(256, 128, 64, 8, 8, 3, SWAP_AB=True), T(256, 128, 32, 8, 8, 4, SWAP_AB=True),
+                  T(256, 64, 64, 8, 8, 4, SWAP_AB=True), T(256, 64, 64, 8, 8, 3, SWAP_AB=True),
+                  T(128, 128, 64, 8, 8, 4, SWAP_AB=True), T(256, 64, 32, 8, 8, 5, SWAP_AB=True)):
+            ms, s = cold("overlay", ("template", (False, True), c))
+            log(f"M=1024: forced {c} {ms:.4f} ms ({stock_ms / ms:.2f}x), "
+                f"{s:.2f} s ({s / stock_s:.2f}x)", summary=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--parts", default="values,training,perf,variants")
@@ -875,6 +1033,8 @@ def main() -> int:
         variants = part_variants(args.budget_s)
     if "epilogue" in parts:
         variants += part_epilogue(args.budget_s)
+    if "limits" in parts:
+        part_limits()
     log("\n==== details ====")
     for line in SUMMARY:
         print(line)
