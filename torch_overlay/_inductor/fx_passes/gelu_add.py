@@ -498,9 +498,11 @@ Measured on an H200 (torch 2.11.0+cu130, triton 3.6.0; BENCHMARKS.md,
 2026-11-21): on 64M elements the pointwise kernel is at the copy ceiling in
 fp32 (1.00x stock) and bf16 tanh (96%, 0.99x); bf16 erf, the one compute-heavy
 form, runs 16 elements a thread (Inductor's min_elem_per_thread, from 16M
-elements up): 93% of the copy ceiling, 1.08x stock (87%). gelu(F.linear) + r in
-bf16 is cuBLAS + one gelu_add kernel, 0.99-1.02x of stock at 8192x4096x1024: the
-one-kernel template form is never predicted faster on the H200 (forced, 0.189 ms
-against 0.168). Experimental: the GEMM-epilogue speed target (1.10x) is not met.""",
+elements up): 93% of the copy ceiling, 1.09x stock (85%). gelu(F.linear) + r in
+bf16 is cuBLAS + one gelu_add kernel, 0.99-1.02x of stock at 8192x4096x1024, both
+kernels at their ceilings (cuBLAS 94 us, the gelu-add 201 MB at 4.28 TB/s): the
+one-kernel template form is never predicted faster on the H200 (forced, tanh: the
+best of 8 configs 0.226 ms against stock's 0.148). Experimental: the GEMM-epilogue
+speed target (1.10x) is not met.""",
     )
 )
