@@ -961,10 +961,9 @@ def part_limits() -> None:
     inputs = linear_inputs(m, n, k)
 
     def cold(mode, forced=None):
-        # a fresh Triton cache: the first call's time is a cold compile
-        import tempfile
-        from unittest import mock
-        with (no_caches(), mock.patch.dict("os.environ", {"TRITON_CACHE_DIR": tempfile.mkdtemp()}),
+        # fresh Inductor and Triton caches, as tools/bench.py: the first call is a cold compile
+        from torch._inductor.utils import fresh_cache
+        with (no_caches(), fresh_cache(),
               h.forced(*forced) if forced else contextlib.nullcontext()):
             compiled, seconds = timed_compile(fn, mode, inputs)
         ms = median_ms(lambda: compiled(*inputs))
