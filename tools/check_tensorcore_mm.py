@@ -894,6 +894,18 @@ def part_limits() -> None:
 
     log("\n== 6. limits: pure reads, decode kernel classes, M=1024 compile (do_bench medians) ==")
     fn = linear_fn()
+
+    def cold(mode, inputs, forced=None):
+        """(median ms, seconds of the first call) of ``fn`` compiled in ``mode``, with fresh
+        Inductor and Triton caches as tools/bench.py: the first call is a cold compile."""
+        from torch._inductor.utils import fresh_cache
+        with (no_caches(), fresh_cache(),
+              h.forced(*forced) if forced else contextlib.nullcontext()):
+            compiled, seconds = timed_compile(fn, mode, inputs)
+        ms = median_ms(lambda: compiled(*inputs))
+        torch_overlay.disable()
+        return ms, seconds
+
     for n in (4096, 11008):
         with guarded(f"limits read {n}"):
             w = torch.randn(n, 4096, device=DEV)
@@ -915,21 +927,15 @@ def part_limits() -> None:
         with guarded(f"limits decode {(m, n, k)}"):
             inputs = linear_inputs(m, n, k)
             x, w = inputs[0], inputs[1]
-            with no_caches():
-                stock = compile_fn(fn, "stock")
-                stock(*inputs)
-                stock_ms = median_ms(lambda: stock(*inputs))
-                overlay = compile_fn(fn, "overlay")
-                overlay(*inputs)
-                overlay_ms = median_ms(lambda: overlay(*inputs))
-            torch_overlay.disable()
+            stock_ms, _ = cold("stock", inputs)
+            overlay_ms, _ = cold("overlay", inputs)
             want = F.linear(x.to(BF16), w.to(BF16)).float()
             out = torch.empty(m, n, device=DEV, dtype=BF16)
             # device-side TMA descriptors need scratch memory
             triton.set_allocator(
                 lambda size, align, stream: torch.empty(size, dtype=torch.int8, device=DEV))
             best: dict[str, tuple[float, str]] = {}
-            configs = itertools.product((16, 32, 64), (64, 128), (3, 4, 6), (4, 8))
+            configs = list(itertools.product((16, 32, 64), (64, 128), (3, 4, 6), (4, 8)))
             for bn, bk, stages, warps in configs:
                 launches = {"pointer": lambda: _decode_ptr_kernel[(n // bn,)](
                     x, w, out, n, k, BM=m, BN=bn, BK=bk, STAGES=stages, num_warps=warps)}
@@ -955,31 +961,21 @@ def part_limits() -> None:
             text = ", ".join(f"{kind} {ms:.4f} ({stock_ms / ms:.2f}x, {cfg})"
                              for kind, (ms, cfg) in best.items())
             log(f"decode {m}x{n}x{k}: stock {stock_ms:.4f}, overlay {overlay_ms:.4f} "
-                f"({stock_ms / overlay_ms:.2f}x); best of 36 configs: {text}", summary=True)
+                f"({stock_ms / overlay_ms:.2f}x); best of {len(configs)} configs: {text}",
+                summary=True)
     T = h.TileConfig
     m, n, k = 1024, 4096, 4096
     inputs = linear_inputs(m, n, k)
-
-    def cold(mode, forced=None):
-        # fresh Inductor and Triton caches, as tools/bench.py: the first call is a cold compile
-        from torch._inductor.utils import fresh_cache
-        with (no_caches(), fresh_cache(),
-              h.forced(*forced) if forced else contextlib.nullcontext()):
-            compiled, seconds = timed_compile(fn, mode, inputs)
-        ms = median_ms(lambda: compiled(*inputs))
-        torch_overlay.disable()
-        return ms, seconds
-
     with guarded("limits compile 1024"):
-        stock_ms, stock_s = cold("stock")
+        stock_ms, stock_s = cold("stock", inputs)
         log(f"M=1024: stock {stock_ms:.4f} ms, cold compile {stock_s:.2f} s", summary=True)
-        ms, s = cold("overlay")
+        ms, s = cold("overlay", inputs)
         log(f"M=1024: overlay (plan) {ms:.4f} ms ({stock_ms / ms:.2f}x), "
             f"{s:.2f} s ({s / stock_s:.2f}x)", summary=True)
         for c in (T(256, 128, 64, 8, 8, 3, SWAP_AB=True), T(256, 128, 32, 8, 8, 4, SWAP_AB=True),
                   T(256, 64, 64, 8, 8, 4, SWAP_AB=True), T(256, 64, 64, 8, 8, 3, SWAP_AB=True),
                   T(128, 128, 64, 8, 8, 4, SWAP_AB=True), T(256, 64, 32, 8, 8, 5, SWAP_AB=True)):
-            ms, s = cold("overlay", ("template", (False, True), c))
+            ms, s = cold("overlay", inputs, ("template", (False, True), c))
             log(f"M=1024: forced {c} {ms:.4f} ms ({stock_ms / ms:.2f}x), "
                 f"{s:.2f} s ({s / stock_s:.2f}x)", summary=True)
 
