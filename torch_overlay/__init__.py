@@ -6,8 +6,7 @@
     torch_overlay.disable()           # the exact upstream objects are back
 
 Environment: ``TORCH_OVERLAY=name,name`` selects overlays for ``enable()`` with no
-names; ``TORCH_OVERLAY_DISABLE=1`` turns every enable into a no-op (kill switch);
-``TORCH_OVERLAY_FORCE=1`` enables overlays on an unvalidated torch.
+names; ``TORCH_OVERLAY_DISABLE=1`` turns every enable into a no-op (kill switch).
 """
 from __future__ import annotations
 
@@ -17,23 +16,40 @@ import logging
 import os
 from typing import Iterable
 
-from ._registry import REGISTRY, FingerprintCheck, Hook, Overlay, OverlayError
+from ._registry import REGISTRY, Overlay, OverlayError
 
-__all__ = ["enable", "disable", "status", "Overlay", "Hook", "OverlayError", "OVERLAY_MODULES"]
-__version__ = "0.1.0"
+__all__ = ["enable", "disable", "status", "Overlay", "OverlayError", "OVERLAYS"]
+__version__ = "0.2.0"
 
 log = logging.getLogger("torch_overlay")
 
-# One module per overlay, at the path of the upstream module it would become, in
-# dependency order: also the order of the exported patch series (patches/), whose
-# every prefix reproduces the goldens of its last overlay.
-OVERLAY_MODULES: tuple[str, ...] = (
-    "torch_overlay._inductor.fx_passes.matmul_meta",
-    "torch_overlay._inductor.kernel.mm_tensorcore",
-    "torch_overlay._inductor.fx_passes.gelu_add",
-)
-
-SUPPORTED_TORCH = ("2.11",)
+# In dependency order: also the order of the exported patch series (patches/), whose
+# every prefix reproduces the goldens of its last overlay. Each overlay's edits of
+# existing upstream files are the torch_overlay/_inductor/**/*.<name>.diff files.
+OVERLAYS: tuple[Overlay, ...] = tuple(REGISTRY.register(o) for o in (
+    Overlay(
+        name="matmul_meta",
+        purpose="autocast compute dtype of every mm/addmm/bmm/baddbmm as IR metadata "
+                "(MatmulMeta), with a wrapper comment per matmul",
+        flag="autocast_matmul_meta",
+        modules=("fx_passes.matmul_meta",),
+    ),
+    Overlay(
+        name="tensorcore_mm",
+        purpose="autocast matmuls of fp32 tensors: a Triton template that casts in registers, "
+                "chosen per shape by a cost model",
+        flag="tensorcore_mm_autocast",
+        modules=("kernel.mm_tensorcore", "template_heuristics.tensorcore_mm"),
+        requires=("matmul_meta",),
+    ),
+    Overlay(
+        name="gelu_add",
+        purpose="gelu(x) + r (both approximations, fp32/bf16/fp16, broadcast r) as one "
+                "pointwise kernel named gelu_add, rounded like eager",
+        flag="gelu_add_fusion",
+        modules=("fx_passes.gelu_add",),
+    ),
+))
 
 
 def _env_flag(name: str) -> bool:
@@ -45,10 +61,7 @@ def killed() -> bool:
 
 
 def load_overlays() -> list[str]:
-    """Import the overlay modules so their declarations are registered."""
-    for module in OVERLAY_MODULES:
-        importlib.import_module(module)
-    REGISTRY.order_by_modules(OVERLAY_MODULES)
+    """The declared overlays' names, in series order."""
     return REGISTRY.names
 
 
@@ -60,20 +73,18 @@ def _selected(names: Iterable[str] | str | None) -> list[str] | None:
     return None if names is None else list(names)
 
 
-def enable(names: Iterable[str] | str | None = None, *, force: bool | None = None) -> list[str]:
+def enable(names: Iterable[str] | str | None = None) -> list[str]:
     """Enable overlays (default: ``$TORCH_OVERLAY`` or all) and what they require.
 
-    Returns the names now enabled by this call. Raises OverlayError for an unknown
-    name, a drifted upstream target (unless forced) or a failed patch; in every
-    case nothing of the failing overlay stays patched.
+    Applies their edits to the live upstream functions, declares their
+    ``torch._inductor.config`` flags and turns them on. Returns the names enabled by this
+    call. Raises OverlayError for an unknown name or an edit that does not apply to the
+    installed torch (drift); the overlays enabled before stay as they were.
     """
     if killed():
         log.info("torch_overlay: TORCH_OVERLAY_DISABLE is set; no overlay enabled")
         return []
-    load_overlays()
-    if force is None:
-        force = _env_flag("TORCH_OVERLAY_FORCE")
-    return REGISTRY.enable(_selected(names), force=force)
+    return REGISTRY.enable(_selected(names))
 
 
 def disable(names: Iterable[str] | str | None = None) -> None:
@@ -87,7 +98,9 @@ class OverlayStatus:
     purpose: str
     state: str  # "active" | "inactive" | "refused" | "killed"
     reason: str | None
-    targets: list[FingerprintCheck]
+    flag: str
+    edits: list[str]  # the .diff files, relative to torch_overlay/_inductor
+    functions: list[str]  # upstream functions its edits replace the code of
 
 
 @dataclasses.dataclass
@@ -96,6 +109,7 @@ class Status:
     triton: str | None
     killed: bool
     overlays: list[OverlayStatus]
+    replaced: list[str]  # live upstream functions whose code is replaced now
 
     def __str__(self) -> str:
         lines = [f"torch {self.torch}, triton {self.triton or 'missing'}"]
@@ -104,14 +118,19 @@ class Status:
         for o in self.overlays:
             lines.append(f"{o.name}: {o.state}" + (f" ({o.reason})" if o.reason else ""))
             lines.append(f"    {o.purpose}")
-            for c in o.targets:
-                mark = "ok" if c.ok else f"DRIFT (validated {c.expected or 'never on this version'})"
-                lines.append(f"    {c.target} {c.actual} {mark}")
+            lines.append(f"    flag torch._inductor.config.{o.flag}; edits {', '.join(o.edits)}")
+            for function in o.functions:
+                lines.append(f"    edits {function}")
+        edited = sorted({f for o in self.overlays for f in o.functions})
+        lines.append(f"upstream objects replaced now: {len(self.replaced)} "
+                     f"(functions the series edits: {len(edited)})")
         return "\n".join(lines)
 
 
 def status() -> Status:
     import torch
+
+    from ._edits import OVERLAY_ROOT, plan_swaps
 
     try:
         import triton
@@ -119,21 +138,27 @@ def status() -> Status:
         triton_version = triton.__version__
     except ImportError:
         triton_version = None
-    load_overlays()
     active, refused = REGISTRY.enabled(), REGISTRY.refused()
     overlays = []
-    for name in REGISTRY.names:
-        overlay = REGISTRY.get(name)
-        checks = REGISTRY.check(name)
-        if name in active:
+    for overlay in OVERLAYS:
+        reason = REGISTRY.check(overlay.name)
+        if overlay.name in active:
             state, reason = "active", None
-        elif name in refused:
-            state, reason = "refused", refused[name]
+        elif overlay.name in refused:
+            state, reason = "refused", refused[overlay.name]
         elif killed():
             state, reason = "killed", "TORCH_OVERLAY_DISABLE=1"
-        elif not all(c.ok for c in checks):
-            state, reason = "inactive", "upstream drift: would be refused without force"
+        elif reason is not None:
+            state, reason = "inactive", f"upstream drift, would be refused: {reason}"
         else:
-            state, reason = "inactive", None
-        overlays.append(OverlayStatus(name, overlay.purpose, state, reason, checks))
-    return Status(torch.__version__, triton_version, killed(), overlays)
+            state = "inactive"
+        try:
+            functions = [s.target for s in plan_swaps(
+                [d for d in overlay.edits() if d.module != "torch._inductor.config"])]
+        except Exception:
+            functions = []
+        edits = [str(p.relative_to(OVERLAY_ROOT)) for p in overlay.edit_files]
+        overlays.append(OverlayStatus(overlay.name, overlay.purpose, state, reason,
+                                      overlay.flag, edits, functions))
+    replaced = [s.target for s in REGISTRY.swaps]
+    return Status(torch.__version__, triton_version, killed(), overlays, replaced)

@@ -1,193 +1,118 @@
-"""Overlay registry: declared units of runtime change to ``torch._inductor``.
+"""Overlay registry: each overlay is the upstream change itself, applied to the live torch.
 
-An ``Overlay`` names the upstream objects it replaces (``Hook``s) and the
-fingerprint of each one's upstream source on every torch version it was validated
-on. Enabling is atomic and idempotent; disabling puts back the very objects that
-were there before. A torch whose upstream source differs is refused unless forced.
+An ``Overlay`` names its ``torch._inductor.config`` flag, the new upstream modules it adds
+(plain files under ``torch_overlay/_inductor/`` at their upstream paths, imported under
+their upstream names) and, by file name, its edits of existing upstream functions
+(``torch_overlay/_inductor/**/<file>.<overlay>.diff``, see ``_edits``). Enabling installs
+the flags, applies the edits of every enabled overlay (all or nothing) and turns the flag
+on; disabling puts the original code objects back and removes the flags.
 """
 from __future__ import annotations
 
 import dataclasses
 import hashlib
-import importlib
-import inspect
+import importlib.abc
+import importlib.util
 import logging
+import pathlib
+import sys
 import threading
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
+
+from ._edits import OVERLAY_ROOT, EditError, FileDiff, Swap, config_declarations, plan_swaps
 
 log = logging.getLogger("torch_overlay")
 
+# A config entry over the applied edits and new modules: part of Inductor's FX graph and
+# AOTAutograd cache keys (as every config entry), so a changed overlay never meets a
+# cache entry compiled under another one. Runtime only: the exported series has no need.
+DIGEST_CONFIG = "torch_overlay_digest"
+
 
 class OverlayError(RuntimeError):
-    """An overlay could not be enabled; the message names the overlay and target."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Hook:
-    """Set ``owner.attr`` (or ``owner[key]``) to ``build(original)`` while enabled.
-
-    ``owner`` is a dotted path to a module, class or mapping. ``key`` selects an
-    item of a mapping (the lowerings table) instead of an attribute; ``key_repr``
-    names it in messages. ``fingerprint`` is the dotted path of the upstream
-    function whose source this hook depends on (default: the replaced object).
-    """
-
-    owner: str
-    attr: str | None = None
-    # None: patch nothing, only fingerprint upstream code the overlay relies on
-    build: Callable[[Any], Any] | None = dataclasses.field(default=None, compare=False)
-    key: Callable[[], Any] | None = dataclasses.field(default=None, compare=False)
-    key_repr: str | None = None
-    fingerprint: str | None = None
-
-    @classmethod
-    def depends_on(cls, path: str) -> "Hook":
-        """No patch: drift in the upstream object at ``path`` refuses the overlay like
-        drift in a patched one."""
-        owner, attr = path.rsplit(".", 1)
-        return cls(owner=owner, attr=attr)
-
-    @property
-    def patches(self) -> bool:
-        return self.build is not None
-
-    @property
-    def target(self) -> str:
-        if self.key is not None:
-            return f"{self.owner}[{self.key_repr}]"
-        return f"{self.owner}.{self.attr}"
-
-    def resolve_owner(self) -> Any:
-        return resolve(self.owner)
-
-    def get(self) -> Any:
-        owner = self.resolve_owner()
-        if self.key is not None:
-            return owner[self.key()]
-        return getattr(owner, self.attr)
-
-    def own(self) -> bool:
-        """Whether the owner holds the target itself (not through a base class)."""
-        owner = self.resolve_owner()
-        if self.key is not None:
-            return self.key() in owner
-        return self.attr in vars(owner)
-
-    def set(self, value: Any) -> None:
-        owner = self.resolve_owner()
-        if self.key is not None:
-            owner[self.key()] = value
-        else:
-            setattr(owner, self.attr, value)
-
-    def restore(self, original: Any, was_own: bool) -> None:
-        if was_own:
-            self.set(original)
-        elif self.key is not None:
-            del self.resolve_owner()[self.key()]
-        else:  # it was inherited: our patch must not stay as a shadowing entry
-            delattr(self.resolve_owner(), self.attr)
-
-    def upstream_source(self) -> str:
-        obj = resolve(self.fingerprint) if self.fingerprint else self.get()
-        return source_of(obj)
+    """An overlay could not be enabled; the message names the overlay and the reason."""
 
 
 @dataclasses.dataclass(frozen=True)
 class Overlay:
     name: str
     purpose: str
-    hooks: tuple[Hook, ...]
-    # torch version -> {hook target: fingerprint of its upstream source}
-    validated: dict[str, dict[str, str]]
-    requires: tuple[str, ...] = ()
-    # modules whose source is the overlay (cache key, export)
+    # the torch._inductor.config flag that turns the feature on (declared by its config diff)
+    flag: str
+    # new upstream modules, relative to torch._inductor (file: torch_overlay/_inductor/<path>.py)
     modules: tuple[str, ...] = ()
-    # graph passes run from Inductor's post-grad custom pass hooks
-    post_grad_pre_passes: tuple[Callable[[Any], None], ...] = ()
-    post_grad_post_passes: tuple[Callable[[Any], None], ...] = ()
-    # motivation and measured figures: the body of the exported upstream patch
-    # (tools/export_patches.py); figures only from BENCHMARKS.md / bench_results
-    pr_body: str = ""
-
-
-def resolve(path: str) -> Any:
-    """Import the longest module prefix of ``path`` and getattr the rest."""
-    parts = path.split(".")
-    for i in range(len(parts), 0, -1):
-        try:
-            obj = importlib.import_module(".".join(parts[:i]))
-        except ImportError:
-            continue
-        for name in parts[i:]:
-            obj = getattr(obj, name)
-        return obj
-    raise ImportError(path)
-
-
-def source_of(obj: Any) -> str:
-    obj = inspect.unwrap(obj) if callable(obj) else obj
-    try:
-        return inspect.getsource(obj)
-    except (TypeError, OSError):
-        return repr(obj)
-
-
-def fingerprint(source: str) -> str:
-    return hashlib.sha256(source.encode()).hexdigest()[:16]
-
-
-def torch_version() -> str:
-    import torch
-
-    return torch.__version__.split("+")[0]
-
-
-@dataclasses.dataclass
-class FingerprintCheck:
-    target: str
-    expected: str | None  # None: this torch version was never validated
-    actual: str
+    requires: tuple[str, ...] = ()
 
     @property
-    def ok(self) -> bool:
-        return self.expected == self.actual
+    def edit_files(self) -> list[pathlib.Path]:
+        return sorted(OVERLAY_ROOT.rglob(f"*.{self.name}.diff"))
+
+    def edits(self) -> list[FileDiff]:
+        return [FileDiff.read(p) for p in self.edit_files]
+
+    def module_files(self) -> dict[str, pathlib.Path]:
+        """Upstream module name -> the file that is that module."""
+        return {f"torch._inductor.{m}": OVERLAY_ROOT.joinpath(*m.split(".")).with_suffix(".py")
+                for m in self.modules}
+
+
+class _UpstreamModules(importlib.abc.MetaPathFinder):
+    """Imports the overlays' new modules under their upstream names (torch._inductor.x.y).
+
+    A module is loaded once, under that name: ``torch_overlay._inductor.x.y`` is the same
+    module object, never a second copy with its own state.
+    """
+
+    def __init__(self) -> None:
+        self.files: dict[str, pathlib.Path] = {}
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname in self.files:
+            return importlib.util.spec_from_file_location(fullname, self.files[fullname])
+        upstream = "torch." + fullname.removeprefix("torch_overlay.")
+        if fullname.startswith("torch_overlay._inductor.") and upstream in self.files:
+            return importlib.util.spec_from_loader(fullname, _Alias(upstream))
+        return None
+
+
+class _Alias(importlib.abc.Loader):
+    def __init__(self, upstream: str) -> None:
+        self.upstream = upstream
+
+    def create_module(self, spec: Any) -> Any:
+        return importlib.import_module(self.upstream)
+
+    def exec_module(self, module: Any) -> None:
+        pass
+
+
+UPSTREAM_MODULES = _UpstreamModules()
+
+
+def install_module_finder(overlays: Iterable[Overlay]) -> None:
+    for overlay in overlays:
+        UPSTREAM_MODULES.files.update(overlay.module_files())
+    if UPSTREAM_MODULES not in sys.meta_path:
+        sys.meta_path.insert(0, UPSTREAM_MODULES)
 
 
 class Registry:
     def __init__(self) -> None:
         self._overlays: dict[str, Overlay] = {}
-        # name -> [(hook, original object, owner held it itself)] of enabled overlays
-        self._active: dict[str, list[tuple[Hook, Any, bool]]] = {}
+        self._enabled: list[str] = []
         self._refused: dict[str, str] = {}
-        self._pass_originals: dict[str, Any] = {}
+        self._swaps: list[Swap] = []
+        self._flags: dict[str, list[str]] = {}  # overlay -> config entries it installed
         self._lock = threading.RLock()
 
     # -- declaration ---------------------------------------------------------
     def register(self, overlay: Overlay) -> Overlay:
-        """Declare an overlay; returns the registered one. A module imported again
-        (importlib.reload) gets its first declaration back: that one may be enabled."""
         known = self._overlays.get(overlay.name)
-        if known is not None and known is not overlay:
-            if known.modules[:1] == overlay.modules[:1] and overlay.modules:
-                return known
+        if known is not None and known != overlay:
             raise OverlayError(f"overlay {overlay.name!r} is declared twice")
         self._overlays[overlay.name] = overlay
+        install_module_finder([overlay])
         return overlay
-
-    def order_by_modules(self, modules: Iterable[str]) -> None:
-        """List overlays in the order of their declaring modules (OVERLAY_MODULES), not in
-        the order something happened to import them; others keep theirs, after."""
-        rank = {module: i for i, module in enumerate(modules)}
-        last = len(rank)
-        ordered = sorted(self._overlays.values(),
-                         key=lambda o: rank.get(o.modules[0] if o.modules else "", last))
-        self._overlays = {o.name: o for o in ordered}
-
-    def unregister(self, name: str) -> None:
-        self.disable([name])
-        self._overlays.pop(name, None)
-        self._refused.pop(name, None)
 
     @property
     def names(self) -> list[str]:
@@ -202,38 +127,15 @@ class Registry:
             ) from None
 
     def enabled(self) -> list[str]:
-        return list(self._active)
+        return list(self._enabled)
 
     def refused(self) -> dict[str, str]:
         return dict(self._refused)
 
-    # -- checks --------------------------------------------------------------
-    def check(self, name: str) -> list[FingerprintCheck]:
-        overlay = self.get(name)
-        version = torch_version()
-        expected = overlay.validated.get(version, {})
-        checks = []
-        for hook in overlay.hooks:
-            try:
-                actual = fingerprint(hook.upstream_source())
-            except Exception as e:  # upstream object missing: that is drift too
-                actual = f"missing ({type(e).__name__}: {e})"
-            checks.append(FingerprintCheck(hook.target, expected.get(hook.target), actual))
-        return checks
-
-    # -- enable / disable ----------------------------------------------------
-    def enable(self, names: Iterable[str] | None = None, *, force: bool = False) -> list[str]:
-        """Enable overlays (all when ``names`` is None) and their requirements.
-
-        Each overlay is all-or-nothing: if any hook fails, the hooks it already set
-        are restored and OverlayError names the target. Enabling twice is a no-op.
-        """
-        with self._lock:
-            order = self.with_requirements(list(self._overlays) if names is None else list(names))
-            for name in order:
-                if name not in self._active:
-                    self._enable_one(self.get(name), force=force)
-            return order
+    @property
+    def swaps(self) -> list[Swap]:
+        """The live upstream functions whose code the enabled overlays replaced."""
+        return list(self._swaps)
 
     def with_requirements(self, names: list[str]) -> list[str]:
         order: list[str] = []
@@ -248,81 +150,113 @@ class Registry:
             visit(name)
         return order
 
-    def _enable_one(self, overlay: Overlay, *, force: bool) -> None:
-        drift = [c for c in self.check(overlay.name) if not c.ok]
-        if drift and not force:
-            c = drift[0]
-            versions = ", ".join(sorted(overlay.validated)) or "none"
-            reason = (
-                f"overlay {overlay.name!r} refused: upstream {c.target} on torch "
-                f"{torch_version()} has fingerprint {c.actual}, "
-                + (f"validated {c.expected}" if c.expected else "not validated on this version")
-                + f" (validated torch versions: {versions}); pass force=True "
-                "(TORCH_OVERLAY_FORCE=1) to enable it anyway"
-            )
-            self._refused[overlay.name] = reason
-            raise OverlayError(reason)
-        done: list[tuple[Hook, Any, bool]] = []
+    def check(self, name: str) -> str | None:
+        """Why ``name``'s edits do not apply to the installed torch; None when they do."""
         try:
-            for hook in overlay.hooks:
-                if not hook.patches:
+            function_edits = [d for d in self.get(name).edits() if d.module != "torch._inductor.config"]
+            plan_swaps(function_edits)
+        except (EditError, ImportError, SyntaxError) as e:
+            return str(e)
+        return None
+
+    # -- enable / disable ----------------------------------------------------
+    def enable(self, names: Iterable[str] | None = None) -> list[str]:
+        """Enable overlays (all when ``names`` is None) and their requirements.
+
+        Each overlay is all or nothing: an edit that does not apply refuses it (and what
+        requires it) with the reason, and leaves the others as they were.
+        """
+        with self._lock:
+            order = self.with_requirements(list(self._overlays) if names is None else list(names))
+            for name in order:
+                if name in self._enabled:
                     continue
-                try:
-                    original, was_own = hook.get(), hook.own()
-                    hook.set(hook.build(original))
-                except Exception as e:
-                    raise OverlayError(
-                        f"overlay {overlay.name!r}: failed to patch {hook.target}: "
-                        f"{type(e).__name__}: {e}"
-                    ) from e
-                done.append((hook, original, was_own))
-        except BaseException:
-            for hook, original, was_own in reversed(done):
-                hook.restore(original, was_own)
-            raise
-        self._refused.pop(overlay.name, None)
-        self._active[overlay.name] = done
-        self._sync_pass_hooks()
-        log.debug("enabled overlay %s (%d hooks)", overlay.name, len(done))
+                missing = [r for r in self.get(name).requires if r not in self._enabled]
+                if missing:
+                    reason = f"overlay {name!r} refused: it requires {missing[0]!r}, which is not enabled"
+                    self._refused[name] = reason
+                    raise OverlayError(reason)
+                reason = self.check(name)
+                if reason is not None:
+                    reason = f"overlay {name!r} refused: {reason}"
+                    self._refused[name] = reason
+                    raise OverlayError(reason)
+                self._install(self._enabled + [name])
+                self._refused.pop(name, None)
+                log.debug("enabled overlay %s", name)
+            return order
 
     def disable(self, names: Iterable[str] | None = None) -> None:
-        """Restore the original objects (all enabled overlays when ``names`` is None)."""
+        """Restore upstream for the named overlays (all when None) and their dependants."""
         with self._lock:
-            targets = set(self._active if names is None else names)
-            # an overlay goes with anything that requires it
+            targets = set(self._enabled if names is None else names)
             grew = True
             while grew:
-                dependants = {n for n in self._active if set(self._overlays[n].requires) & targets}
+                dependants = {n for n in self._enabled if set(self._overlays[n].requires) & targets}
                 grew = not dependants <= targets
                 targets |= dependants
-            for name in reversed(list(self._active)):  # undo in reverse enable order
-                if name in targets:
-                    for hook, original, was_own in reversed(self._active.pop(name)):
-                        hook.restore(original, was_own)
-                    log.debug("disabled overlay %s", name)
-            self._sync_pass_hooks()
+            self._install([n for n in self._enabled if n not in targets])
 
-    # -- Inductor's custom pass hooks: overlay graph passes and the cache key --
-    _PASS_HOOKS = (("pre", "post_grad_custom_pre_pass"), ("post", "post_grad_custom_post_pass"))
-
-    def _sync_pass_hooks(self) -> None:
+    def _install(self, names: list[str]) -> None:
+        """Make ``names`` the enabled set: flags, edits, cache-key digest."""
         import torch._inductor.config as inductor_config
 
-        from ._passes import OverlayGraphPass
+        diffs = [d for n in names for d in self.get(n).edits()]
+        for swap in reversed(self._swaps):
+            swap.restore()
+        try:
+            swaps = plan_swaps([d for d in diffs if d.module != "torch._inductor.config"])
+        except BaseException:
+            for swap in self._swaps:
+                swap.apply()
+            raise
+        for swap in swaps:
+            swap.apply()
+        self._swaps = swaps
+        for name in [n for n in self._flags if n not in names]:
+            for entry in self._flags.pop(name):
+                _remove_config(inductor_config, entry)
+        for name in names:
+            if name not in self._flags:
+                self._flags[name] = []
+                for diff in self.get(name).edits():
+                    if diff.module == "torch._inductor.config":
+                        for entry, (default, kind) in config_declarations(diff).items():
+                            if _add_config(inductor_config, entry, default, kind):
+                                self._flags[name].append(entry)
+                setattr(inductor_config, self.get(name).flag, True)
+        _remove_config(inductor_config, DIGEST_CONFIG)
+        if names:
+            _add_config(inductor_config, DIGEST_CONFIG, digest(names, diffs), str)
+        self._enabled = list(names)
 
-        if self._active and not self._pass_originals:
-            for stage, attr in self._PASS_HOOKS:
-                original = getattr(inductor_config, attr)
-                self._pass_originals[attr] = original
-                setattr(inductor_config, attr,
-                        OverlayGraphPass(stage, original))
-        elif not self._active and self._pass_originals:
-            for _, attr in self._PASS_HOOKS:
-                setattr(inductor_config, attr, self._pass_originals.pop(attr))
 
-    def active_passes(self, stage: str) -> list[Callable[[Any], None]]:
-        field = "post_grad_pre_passes" if stage == "pre" else "post_grad_post_passes"
-        return [p for name in self._active for p in getattr(self._overlays[name], field)]
+def digest(names: list[str], diffs: list[FileDiff]) -> str:
+    """Hash of the enabled overlays' edits and new modules (with their data files)."""
+    h = hashlib.sha256(repr(sorted(names)).encode())
+    for diff in diffs:
+        h.update(diff.text.encode())
+    for path in sorted(OVERLAY_ROOT.rglob("*")):
+        if path.suffix in (".py", ".jinja"):
+            h.update(str(path.relative_to(OVERLAY_ROOT)).encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _add_config(config: Any, name: str, default: Any, kind: type) -> bool:
+    """Declare ``config.name`` as config.py would; False if it exists already."""
+    from torch.utils._config_module import _Config, _ConfigEntry
+
+    if name in config._config:
+        return False
+    config._config[name] = _ConfigEntry(_Config(default=default, value_type=kind))
+    config._is_dirty = True
+    return True
+
+
+def _remove_config(config: Any, name: str) -> None:
+    if config._config.pop(name, None) is not None:
+        config._is_dirty = True
 
 
 REGISTRY = Registry()

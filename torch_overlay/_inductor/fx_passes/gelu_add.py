@@ -1,32 +1,20 @@
-"""Overlay ``gelu_add``: ``gelu(x) + r`` recovered as one unit and lowered to one named kernel.
+"""``gelu(x) + r`` recovered as one unit and lowered to one kernel (``config.gelu_add_fusion``).
 
-Inductor decomposes ``aten.gelu`` before lowering (``torch._refs.nn.functional.gelu``:
-an erf form for approximate='none', a tanh form for 'tanh'; on bf16/fp16 wrapped in
-``convert_element_type`` to fp32 and back), so the unit is recovered here by
-Inductor's pattern matcher, in a post-grad pass, for ``gelu(x) + r`` and
-``r + gelu(x)``, both approximations, fp32 and bf16/fp16, with ``r`` of x's shape or
-broadcast to it. Each match becomes one Pointwise node, so one fused kernel named
-``..._fused_gelu_add_...``, wherever Inductor's scheduler puts it.
+Inductor decomposes ``aten.gelu`` before lowering (``torch._refs.nn.functional.gelu``: an
+erf form for approximate='none', a tanh form for 'tanh'; on bf16/fp16 wrapped in casts to
+fp32 and back), so ``gelu_add_pass`` recovers ``gelu(x) + r`` and ``r + gelu(x)`` with the
+pattern matcher after grad, both approximations, fp32 and bf16/fp16, ``r`` of x's shape or
+broadcast to it. Each match becomes one Pointwise node, one kernel named
+``..._fused_gelu_add_...``, computed as eager computes it: gelu in fp32, rounded to the
+16-bit dtype before the add (stock skips that rounding).
 
-Numerics follow eager: gelu is computed in fp32 and, on bf16/fp16, rounded to that
-dtype before the add, as eager's two kernels do. Stock Inductor skips that rounding
-(its fused kernel differs from eager by up to one bf16/fp16 step on many elements).
-A large all-16-bit kernel (16M elements up) asks Inductor's pointwise heuristic for
-16 elements a thread (``min_elem_per_thread``, as fp8 casts do), through a wrapper of
-``TritonKernel.codegen_kernel``: with the erf form's instructions, Inductor's 8 leave
-too few loads in flight to reach the copy bandwidth.
+The replacement node carries ``node.meta[GELU_ADD_META]`` (a ``GeluAddSpec``) with x as
+its first argument, so a GEMM template can take the gelu-add as its epilogue
+(kernel/mm_tensorcore.py); ``gelu_add_values`` emits it on Inductor's ``ops``.
+``raise_elements_per_thread`` gives a large 16-bit gelu-add kernel 16 elements a thread.
 
-For a GEMM epilogue (issue 6 part 3, built on ``tensorcore_mm``) the matched unit
-stays visible: the replacement node carries ``node.meta[GELU_ADD_META]`` (a
-``GeluAddSpec``) and its first argument is x (e.g. ``mm + bias``);
-``gelu_add_pattern`` builds the same patterns over any sub-pattern for x (an mm
-pattern, say), and ``gelu_add_values`` emits the computation on Inductor's ``ops``
-for any kernel (a Pointwise, or a template's epilogue).
-
-Anything the overlay cannot handle is left to stock Inductor: a rejected match is
-not rewritten; an error while lowering a match replays the matched aten nodes through
-stock lowerings. Both are counted in ``counters["torch_overlay"]`` and logged at
-debug level.
+A rejected match is left to stock; an error while lowering a match replays the matched
+aten nodes through the stock lowerings. Both are counted in ``counters["inductor"]``.
 """
 from __future__ import annotations
 
@@ -38,7 +26,6 @@ from typing import Any, Optional
 import torch
 import torch.nn.functional as F
 
-from torch_overlay._registry import REGISTRY, Hook, Overlay
 
 try:
     from torch._dynamo.utils import counters
@@ -57,7 +44,7 @@ try:
     from torch._inductor.virtualized import V, ops
 except ImportError as e:  # private APIs: say which overlay needs what
     raise ImportError(
-        f"torch_overlay overlay 'gelu_add' needs Inductor's pattern matcher, IR and "
+        f"gelu_add needs Inductor's pattern matcher, IR and "
         f"lowerings as in torch 2.11 (torch {torch.__version__} differs): {e}"
     ) from e
 
@@ -77,20 +64,20 @@ TANH_KAPPA = 0.044715
 
 APPROXIMATIONS = ("none", "tanh")
 LOW_PRECISION = (torch.bfloat16, torch.float16)
-GELU_ADD_META = "torch_overlay_gelu_add"
-COUNTERS = "torch_overlay"
+GELU_ADD_META = "gelu_add"
+COUNTERS = "inductor"
 
 
 def _gelu_add_op() -> torch._ops.OpOverload:
-    """``torch_overlay::gelu_add``: names the fused kernels (origins' ``original_aten``).
+    """``inductor::gelu_add``: names the fused kernels (origins' ``original_aten``).
 
     Its eager implementation is the unfused pair, so it is also a correct op to call.
     """
-    namespace = torch.ops.torch_overlay
+    namespace = torch.ops.inductor
     if hasattr(namespace, "gelu_add"):  # a re-imported module
         return namespace.gelu_add.default
 
-    @torch.library.custom_op("torch_overlay::gelu_add", mutates_args=())
+    @torch.library.custom_op("inductor::gelu_add", mutates_args=())
     def gelu_add(x: torch.Tensor, residual: torch.Tensor, approximate: str = "none") -> torch.Tensor:
         return F.gelu(x, approximate=approximate) + residual
 
@@ -98,7 +85,7 @@ def _gelu_add_op() -> torch._ops.OpOverload:
     def _(x: torch.Tensor, residual: torch.Tensor, approximate: str = "none") -> torch.Tensor:
         return F.gelu(x, approximate=approximate) + residual
 
-    return torch.ops.torch_overlay.gelu_add.default
+    return torch.ops.inductor.gelu_add.default
 
 
 GELU_ADD_OP = _gelu_add_op()
@@ -164,7 +151,7 @@ def gelu_add_pattern(
     return CallFunction(aten.add.Tensor, *operands)
 
 
-GELU_ADD_PASS = PatternMatcherPass(pass_name="torch_overlay_gelu_add")
+GELU_ADD_PASS = PatternMatcherPass(pass_name="gelu_add_pass")
 
 
 def _tensor_val(node: Any) -> Optional[torch.Tensor]:
@@ -245,9 +232,9 @@ def _check_match(
         return False
     if spec is None:
         return False
-    match.torch_overlay_gelu_add = spec  # read by the lowering and the marker
+    match.gelu_add_spec = spec  # read by the lowering and the marker
     # erasing a node clears its args: keep what a fallback to stock lowerings replays
-    match.torch_overlay_gelu_add_nodes = [
+    match.gelu_add_nodes = [
         (node, node.target, node.args, node.kwargs) for node in _topological(match.nodes)
     ]
     return True
@@ -327,7 +314,7 @@ def _topological(nodes: list[torch.fx.Node]) -> list[torch.fx.Node]:
 def _lower_stock(match: Match, values: dict[str, Any]) -> Any:
     """Lower the matched (now erased) aten nodes one by one through stock lowerings."""
     env = {match.kwargs[name]: value for name, value in values.items()}
-    for node, target, args, kwargs in match.torch_overlay_gelu_add_nodes:
+    for node, target, args, kwargs in match.gelu_add_nodes:
         args, kwargs = torch.fx.map_arg((args, kwargs), env.__getitem__)
         env[node] = V.graph.call_function(target, args, kwargs)
     return env[match.output_node()]
@@ -336,7 +323,7 @@ def _lower_stock(match: Match, values: dict[str, Any]) -> Any:
 def gelu_add(match: Match, *args: Any, x: Any, residual: Any) -> Any:
     """The lowering of one match: the replacement node calls ``partial(gelu_add, match)``
     (its name in the graph), with the IR of x and residual."""
-    spec = match.torch_overlay_gelu_add
+    spec = match.gelu_add_spec
     try:
         result = lower_gelu_add(x, residual, spec)
     except Exception:
@@ -402,27 +389,21 @@ def _runs_16bit_gelu_add(kernel: Any) -> bool:
     return False
 
 
-def _wrap_codegen_kernel(original: Any) -> Any:
-    """Raise ``min_elem_per_thread`` (which Inductor's pointwise config heuristic
-    honours, as it does for fp8 casts) before a 16-bit gelu-add kernel's source is made."""
-
-    @functools.wraps(original)
-    def codegen_kernel(self: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            if _runs_16bit_gelu_add(self):
-                self.min_elem_per_thread = max(self.min_elem_per_thread, _elements_per_thread())
-        except Exception:  # a tuning hint only: never a reason to fail the compile
-            log.debug("gelu_add: elements-per-thread hint skipped", exc_info=True)
-        return original(self, *args, **kwargs)
-
-    return codegen_kernel
+def raise_elements_per_thread(kernel: Any) -> None:
+    """Before a kernel's source is made: raise ``min_elem_per_thread`` (which Inductor's
+    pointwise config heuristic honours, as it does for fp8 casts) for a 16-bit gelu-add."""
+    try:
+        if _runs_16bit_gelu_add(kernel):
+            kernel.min_elem_per_thread = max(kernel.min_elem_per_thread, _elements_per_thread())
+    except Exception:  # a tuning hint only: never a reason to fail the compile
+        log.debug("gelu_add: elements-per-thread hint skipped", exc_info=True)
 
 
 def matched_spec(node: torch.fx.Node) -> Optional[GeluAddSpec]:
     """The spec of a node this overlay's pattern pass put in, else None."""
     target = node.target if node.op == "call_function" else None
     if getattr(target, "func", None) is gelu_add:  # functools.partial(gelu_add, match)
-        return getattr(target.args[0], "torch_overlay_gelu_add", None)
+        return getattr(target.args[0], "gelu_add_spec", None)
     return None
 
 
@@ -441,68 +422,3 @@ def gelu_add_pass(graph: torch.fx.Graph) -> None:
             node.meta[GELU_ADD_META] = spec
             node.meta["original_aten"] = GELU_ADD_OP  # the kernel's name: ..._fused_gelu_add_...
             counters[COUNTERS]["gelu_add_matched"] += 1
-
-
-# The upstream code the pass relies on, fingerprinted, and one patch: the kernel
-# source hook that asks for 16 elements a thread.
-_HOOKS = (
-    # the decomposed form the patterns match, constants included
-    Hook.depends_on("torch._refs.nn.functional.gelu"),
-    # replacement node: target partial(handler, match), meta of the matched output
-    Hook.depends_on("torch._inductor.pattern_matcher.LoweringPatternEntry.apply"),
-    # the passthrough of that target at lowering time
-    Hook.depends_on("torch._inductor.graph.GraphLowering.call_function"),
-    # kernel names from the origins' original_aten
-    Hook.depends_on("torch._inductor.utils.get_fused_kernel_name"),
-    # 16 elements a thread for a 16-bit gelu-add kernel; the heuristic that reads it
-    Hook(owner="torch._inductor.codegen.triton.TritonKernel", attr="codegen_kernel",
-         build=_wrap_codegen_kernel),
-    Hook.depends_on("torch._inductor.runtime.triton_heuristics.pointwise"),
-)
-
-OVERLAY = REGISTRY.register(
-    Overlay(
-        name="gelu_add",
-        purpose="gelu(x) + r (both approximations, fp32/bf16/fp16, broadcast r) as one "
-        "pointwise kernel named gelu_add, rounded like eager",
-        hooks=_HOOKS,
-        validated={
-            "2.11.0": {
-                "torch._refs.nn.functional.gelu": "4ea763f940daf27e",
-                "torch._inductor.pattern_matcher.LoweringPatternEntry.apply": "e3cff3482817cb35",
-                "torch._inductor.graph.GraphLowering.call_function": "d9c0307d6705d3a3",
-                "torch._inductor.utils.get_fused_kernel_name": "6b5366f0b7f7b5c9",
-                "torch._inductor.codegen.triton.TritonKernel.codegen_kernel": "abf53002ad65d812",
-                "torch._inductor.runtime.triton_heuristics.pointwise": "0875662bd7cdcb39",
-            }
-        },
-        modules=(__name__,),
-        post_grad_post_passes=(gelu_add_pass,),
-        pr_body="""\
-Inductor decomposes aten.gelu before lowering, so gelu(x) + r is fused as a
-generic pointwise kernel that computes gelu in fp32 and adds r without rounding
-gelu's output to bf16/fp16 first: on low-precision inputs it differs from eager
-by up to one bf16/fp16 step on many elements.
-
-This recovers gelu(x) + r (and r + gelu(x)), both approximations, fp32 and
-bf16/fp16, r of x's shape or broadcast to it, with Inductor's pattern matcher in
-a post-grad pass, and lowers each match to one Pointwise node that rounds gelu to
-the input dtype before the add, as eager's two kernels do. The kernel is named
-..._fused_gelu_add_..., and the replacement node keeps the matched unit
-(node.meta["torch_overlay_gelu_add"]). With the tensorcore_mm patch, a matmul
-whose only reader is such a node may lower to that template with the gelu-add as
-its epilogue: one kernel for gelu(F.linear(x, w, b)) + r, where its cost model
-predicts a win over cuBLAS plus the pointwise kernel.
-
-Measured on an H200 (torch 2.11.0+cu130, triton 3.6.0; BENCHMARKS.md,
-2026-11-21): on 64M elements the pointwise kernel is at the copy ceiling in
-fp32 (1.00x stock) and bf16 tanh (96%, 0.99x); bf16 erf, the one compute-heavy
-form, runs 16 elements a thread (Inductor's min_elem_per_thread, from 16M
-elements up): 93% of the copy ceiling, 1.09x stock (85%). gelu(F.linear) + r in
-bf16 is cuBLAS + one gelu_add kernel, 0.99-1.02x of stock at 8192x4096x1024, both
-kernels at their ceilings (cuBLAS 94 us, the gelu-add 201 MB at 4.28 TB/s): the
-one-kernel template form is never predicted faster on the H200 (forced, tanh: the
-best of 8 configs 0.226 ms against stock's 0.148). Experimental: the GEMM-epilogue
-speed target (1.10x) is not met.""",
-    )
-)

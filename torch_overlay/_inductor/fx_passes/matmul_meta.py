@@ -1,63 +1,43 @@
-"""Overlay ``matmul_meta``: the autocast compute dtype of every matmul, as IR metadata.
+"""The autocast compute dtype of every matmul, as IR metadata (``MatmulMeta``).
 
-Under ``torch.compile`` autocast is applied by AOTAutograd before Inductor sees the
-graph: the post-grad graph holds only ``prims.convert_element_type`` casts in front
-of ``aten.mm``, exactly what an explicit ``x.to(torch.bfloat16)`` gives, and the
-global autocast state is off while Inductor lowers. This overlay carries the user's
-``torch.autocast`` regions down to codegen, so a lowering or a template can decide
-by them:
+Under ``torch.compile`` autocast is applied by AOTAutograd: the post-grad graph holds
+only casts in front of ``aten.mm``, as an explicit ``x.to(torch.bfloat16)`` gives, and
+the autocast state is off while Inductor lowers. With ``config.autocast_matmul_meta``:
 
-1. Pre-grad (a wrapper of ``compile_fx.run_pre_grad_passes``, after the stock
-   passes): every call node of Dynamo's graph gets the autocast state it runs under,
-   read from the ``_enter_autocast`` / ``_exit_autocast`` nodes Dynamo records (and
-   the autocast state active around the compiled call), in
-   ``node.meta["custom"][AUTOCAST_REGION_KEY]``. AOTAutograd copies ``meta["custom"]``
-   to the aten nodes it traces from that node, forward and backward (the backward
-   by ``seq_nr``). HOP bodies (checkpoint, ...) inherit the state of their call.
-2. Post-grad pre pass: a ``MatmulMeta`` for each ``aten.mm`` / ``addmm`` / ``bmm`` /
-   ``baddbmm`` in ``node.meta[MATMUL_META_KEY]`` (``get_matmul_meta``).
-3. Lowerings of those ops (wrapping whatever ``lowerings[...]`` held): the resulting
-   IR node gets the attribute ``matmul_meta``; the metadata is recorded
-   (``recent_matmul_metas``) and logged.
-4. Codegen (``Scheduler.enter_context``): one comment line per matmul in the wrapper,
-   ``# matmul_meta: mm autocast=bfloat16 autocast_device=cuda source=autocast ...``.
-5. Cache keys: an autocast cast and a user cast are the same aten graph, so the FX
-   graph cache key (``codecache.compiled_fx_graph_hash``) and the AOTAutograd cache
-   key also cover the region marks (through ``gm.meta``).
+1. ``annotate_autocast_regions`` (pre-grad) marks each call node of Dynamo's graph with
+   the autocast state it runs under, in ``node.meta["custom"][AUTOCAST_REGION_KEY]``,
+   which AOTAutograd copies to the aten nodes, forward and backward.
+2. ``annotate_matmuls`` (post-grad) sets ``node.meta[MATMUL_META_KEY]`` on each
+   mm/addmm/bmm/baddbmm.
+3. ``attach_lowered_matmul_meta`` sets ``matmul_meta`` on the IR a matmul lowers to.
+4. ``write_matmul_comments`` writes one wrapper comment per matmul.
+5. ``set_cache_key_meta`` puts the region marks where the FX graph cache key sees them.
 
-Logging: ``TORCH_LOGS="+torch_overlay._inductor.fx_passes.matmul_meta"`` (a module
-name is all TORCH_LOGS accepts before this package is imported), or in process
-``torch._logging.set_logs(modules={"torch_overlay_matmul_meta": True})`` (a
-registered artifact).
-
-Anything this overlay cannot read leaves stock Inductor as it is: the matmul gets no
-metadata, or metadata that claims no autocast (never a false autocast claim);
-counted in ``counters["torch_overlay"]["matmul_meta_fallback:<reason>"]`` and logged
-at debug level. ``TORCH_OVERLAY_STRICT=1`` raises instead (tests).
+Logging: ``TORCH_LOGS="+torch._inductor.fx_passes.matmul_meta"``, or the artifact
+``matmul_meta``. Anything this cannot read leaves stock Inductor as it is (no metadata,
+never a false autocast claim), counted in ``counters["inductor"]["matmul_meta_fallback:*"]``
+and logged at debug level; ``TORCHINDUCTOR_STRICT_FALLBACKS=1`` raises instead (tests).
 """
 from __future__ import annotations
 
 import collections
 import dataclasses
-import functools
 import inspect
 import logging
 import os
 import threading
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Iterator, Optional
 
 import torch
-
-from torch_overlay._registry import REGISTRY, Hook, Overlay
 
 try:
     import torch.fx
     from torch._dynamo.utils import counters
     from torch._inductor.virtualized import V
     from torch.amp.autocast_mode import _enter_autocast, _exit_autocast
-except ImportError as e:  # private APIs: say which overlay needs what
+except ImportError as e:  # private APIs: say what is needed
     raise ImportError(
-        f"torch_overlay overlay 'matmul_meta' needs torch.amp.autocast_mode._enter_autocast, "
+        f"matmul_meta needs torch.amp.autocast_mode._enter_autocast, "
         f"torch._dynamo.utils.counters and torch._inductor.virtualized.V as in torch 2.11 "
         f"(torch {torch.__version__} differs): {e}"
     ) from e
@@ -73,24 +53,27 @@ __all__ = [
     "attach_matmul_meta",
     "recent_matmul_metas",
     "clear_recent_matmul_metas",
-    "OVERLAY",
+    "attach_lowered_matmul_meta",
+    "write_matmul_comments",
+    "set_cache_key_meta",
+    "annotate_matmuls",
+    "annotate_autocast_regions",
 ]
 
-OVERLAY_NAME = "matmul_meta"
-COUNTERS = "torch_overlay"
+COUNTERS = "inductor"
 log = logging.getLogger(__name__)
 
 aten = torch.ops.aten
 prims = torch.ops.prims
 
-MATMUL_META_KEY = "torch_overlay.matmul_meta"
+MATMUL_META_KEY = "matmul_meta"
 """Key of the ``MatmulMeta`` in ``node.meta`` of a post-grad aten matmul node."""
 
-AUTOCAST_REGION_KEY = "torch_overlay.autocast"
+AUTOCAST_REGION_KEY = "inductor.autocast"
 """Key in ``node.meta["custom"]``: ``((device_type, dtype name or None), ...)``, sorted;
 None marks a device whose autocast is explicitly disabled there."""
 
-CACHE_KEY_META = "torch_overlay.autocast_regions"
+CACHE_KEY_META = "inductor.autocast_regions"
 """Key in ``GraphModule.meta``: the region marks of the graph, so cache keys cover them."""
 
 # aten overload -> op name; operands in MatmulMeta order are (mat1, mat2[, bias/input])
@@ -128,8 +111,8 @@ _CALL_OPS = ("call_function", "call_method", "call_module")
 
 
 def _strict() -> bool:
-    """Tests set TORCH_OVERLAY_STRICT=1 to see internal errors instead of a fallback."""
-    return os.environ.get("TORCH_OVERLAY_STRICT", "") == "1"
+    """Tests set TORCHINDUCTOR_STRICT_FALLBACKS=1 to see internal errors, not a fallback."""
+    return os.environ.get("TORCHINDUCTOR_STRICT_FALLBACKS", "") == "1"
 
 
 def _count(what: str) -> None:
@@ -329,7 +312,9 @@ def compute_matmul_meta(node: torch.fx.Node) -> MatmulMeta:
 
 
 def _enabled() -> bool:
-    return OVERLAY_NAME in REGISTRY.enabled()  # upstream: True
+    from torch._inductor import config
+
+    return config.autocast_matmul_meta
 
 
 def get_matmul_meta(node: torch.fx.Node) -> Optional[MatmulMeta]:
@@ -470,34 +455,26 @@ def _set_cache_key_meta(gm: torch.fx.GraphModule) -> None:
         gm.meta.pop(CACHE_KEY_META, None)
 
 
-def _wrap_run_pre_grad_passes(original: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(original)
-    def run_pre_grad_passes_then_mark_autocast(model_: Any, example_inputs_: Any) -> Any:
-        gm = original(model_, example_inputs_)
-        try:
-            count = annotate_autocast_regions(gm)
-            log.debug("matmul_meta: marked %d nodes with their autocast state", count)
-        except Exception:
-            _fallback("autocast_regions", type(gm).__name__)
-        return gm
-
-    return run_pre_grad_passes_then_mark_autocast
+def mark_autocast_regions(gm: torch.fx.GraphModule) -> None:
+    """Pre-grad: ``annotate_autocast_regions``, or stock behaviour where it cannot read
+    the graph (its matmuls then claim no autocast)."""
+    try:
+        count = annotate_autocast_regions(gm)
+        log.debug("matmul_meta: marked %d nodes with their autocast state", count)
+    except Exception:
+        _fallback("autocast_regions", type(gm).__name__)
 
 
-def _wrap_compiled_fx_graph_hash(original: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(original)
-    def compiled_fx_graph_hash_with_autocast_regions(gm: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            _set_cache_key_meta(gm)
-        except Exception as e:
-            _fallback("cache_key", gm)
-            from torch._inductor.codecache import BypassFxGraphCache
+def set_cache_key_meta(gm: Any) -> None:
+    """Put the region marks where the FX graph cache key sees them (``gm.meta``)."""
+    try:
+        _set_cache_key_meta(gm)
+    except Exception as e:
+        _fallback("cache_key", gm)
+        from torch._inductor.codecache import BypassFxGraphCache
 
-            # a key without the regions could serve another region's code: no caching
-            raise BypassFxGraphCache(f"torch_overlay matmul_meta: {e}") from e
-        return original(gm, *args, **kwargs)
-
-    return compiled_fx_graph_hash_with_autocast_regions
+        # a key without the regions could serve another region's code: no caching
+        raise BypassFxGraphCache(f"matmul_meta: {e}") from e
 
 
 # ---------------------------------------------------------------------------
@@ -518,7 +495,7 @@ def annotate_matmuls(graph: torch.fx.Graph) -> None:
 # ---------------------------------------------------------------------------
 # 3. Lowering: attach, record, log
 
-_ARTIFACT = "torch_overlay_matmul_meta"
+_ARTIFACT = "matmul_meta"
 
 
 def _artifact_logger() -> Optional[logging.Logger]:
@@ -528,7 +505,7 @@ def _artifact_logger() -> Optional[logging.Logger]:
         if _ARTIFACT not in log_registry.artifact_names:
             register_artifact(
                 _ARTIFACT,
-                "torch_overlay: the MatmulMeta (autocast compute dtype) of each matmul Inductor lowers",
+                "the MatmulMeta (autocast compute dtype) of each matmul Inductor lowers",
                 off_by_default=True,
             )
         # under torch._inductor, where torch's log handlers are
@@ -574,7 +551,7 @@ class _GraphRecord:
 _RECENT_GRAPHS = 32
 _recent: collections.deque[_GraphRecord] = collections.deque(maxlen=_RECENT_GRAPHS)
 _recent_lock = threading.Lock()
-_RECORD_ATTR = "_torch_overlay_matmul_meta_record"
+_RECORD_ATTR = "_matmul_meta_record"
 
 
 def recent_matmul_metas(graphs: Optional[int] = None) -> list[CompiledGraphMatmuls]:
@@ -648,34 +625,24 @@ def attach_matmul_meta(result: Any, node: Optional[torch.fx.Node] = None) -> Opt
     return meta
 
 
-_lowering_depth = threading.local()
-
-
-def _wrap_lowering(target: Any, original: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(original)
-    def lowering_with_matmul_meta(*args: Any, **kwargs: Any) -> Any:
-        depth = getattr(_lowering_depth, "value", 0)
-        _lowering_depth.value = depth + 1
-        try:
-            result = original(*args, **kwargs)
-        finally:
-            _lowering_depth.value = depth
-        if depth == 0:  # the matmul's own lowering, not one nested in it
-            try:
-                node = V.graph.current_node
-                if isinstance(node, torch.fx.Node) and node.target is target:
-                    attach_matmul_meta(result, node)
-            except Exception:
-                _fallback("attach", target)
-        return result
-
-    return lowering_with_matmul_meta
+def attach_lowered_matmul_meta(result: Any, node: Any) -> None:
+    """After the lowering of graph node ``node``: its MatmulMeta onto the IR, unless the
+    lowering attached it itself (to the buffer it computes)."""
+    try:
+        if not (isinstance(node, torch.fx.Node) and node.op == "call_function"
+                and node.target in MATMUL_OPS):
+            return
+        record = getattr(V.graph, _RECORD_ATTR, None)
+        if record is None or node.name not in record.metas:
+            attach_matmul_meta(result, node)
+    except Exception:
+        _fallback("attach", getattr(node, "target", node))
 
 
 # ---------------------------------------------------------------------------
 # 4. Codegen: one comment line per matmul
 
-_EMITTED_ATTR = "_torch_overlay_matmul_meta_emitted"
+_EMITTED_ATTR = "_matmul_meta_emitted"
 
 
 def _ir_meta(ir_node: Any) -> Optional[MatmulMeta]:
@@ -703,103 +670,20 @@ def _pending_comments(snode: Any, emitted: set[str]) -> list[tuple[torch.fx.Node
     return sorted(pending.items(), key=lambda item: order.get(item[0], 0))
 
 
-def _wrap_enter_context(original: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(original)
-    def enter_context_with_matmul_comments(self: Any, node: Any) -> Any:
-        result = original(self, node)
-        try:
-            wrapper = V.graph.wrapper_code
-            emitted = wrapper.__dict__.setdefault(_EMITTED_ATTR, set())
-            pending = _pending_comments(node, emitted)
-            if pending:
-                if node.get_device() is not None and (node.is_extern() or node.is_template()):
-                    # Scheduler._codegen flushes right after this for such nodes; flushing
-                    # first puts the comment next to this node's call, not a previous kernel's
-                    self.flush()
-                for fx_node, meta in pending:
-                    emitted.add(fx_node.name)
-                    wrapper.make_comment(f"{wrapper.comment} matmul_meta: {meta.describe()}")
-                    _record(fx_node, meta)
-        except Exception:
-            _fallback("comment", node)
-        return result
-
-    return enter_context_with_matmul_comments
-
-
-# ---------------------------------------------------------------------------
-# Declaration
-
-
-def _lowering_hook(target: Any, key_repr: str, upstream: str) -> Hook:
-    return Hook(
-        owner="torch._inductor.lowering.lowerings",
-        key=lambda: target,
-        key_repr=key_repr,
-        # named, so the exported activation line can call it: _wrap_lowering(target, original)
-        build=functools.partial(_wrap_lowering, target),
-        fingerprint=upstream,
-    )
-
-
-_UPSTREAM = {
-    "mm": "torch._inductor.kernel.mm.tuned_mm",
-    "addmm": "torch._inductor.kernel.mm.tuned_addmm",
-    "bmm": "torch._inductor.kernel.bmm.tuned_bmm",
-    "baddbmm": "torch._inductor.kernel.bmm.tuned_baddbmm",
-}
-
-HOOKS = (
-    Hook(owner="torch._inductor.compile_fx", attr="run_pre_grad_passes",
-         build=_wrap_run_pre_grad_passes),
-    Hook(owner="torch._inductor.codecache", attr="compiled_fx_graph_hash",
-         build=_wrap_compiled_fx_graph_hash),
-    *(_lowering_hook(target, f"aten.{target._overloadpacket.__name__}.{target._overloadname}",
-                     _UPSTREAM[op])
-      for target, op in MATMUL_OPS.items()),
-    # wraps enter_context, but what it relies on is _codegen calling it, then flush,
-    # first for every scheduler node
-    Hook(owner="torch._inductor.scheduler.Scheduler", attr="enter_context",
-         build=_wrap_enter_context, fingerprint="torch._inductor.scheduler.Scheduler._codegen"),
-)
-
-OVERLAY = REGISTRY.register(Overlay(
-    name=OVERLAY_NAME,
-    purpose="autocast compute dtype of every mm/addmm/bmm/baddbmm as IR metadata "
-            "(MatmulMeta), with a wrapper comment per matmul",
-    hooks=HOOKS,
-    validated={"2.11.0": {
-        "torch._inductor.compile_fx.run_pre_grad_passes": "b34df6dfcff61ed0",
-        "torch._inductor.codecache.compiled_fx_graph_hash": "de9cd04bf0bef817",
-        "torch._inductor.lowering.lowerings[aten.mm.default]": "9b8eb3631ff43dc4",
-        "torch._inductor.lowering.lowerings[aten.mm.dtype]": "9b8eb3631ff43dc4",
-        "torch._inductor.lowering.lowerings[aten.addmm.default]": "bcb3bab91f40eb6d",
-        "torch._inductor.lowering.lowerings[aten.addmm.dtype]": "bcb3bab91f40eb6d",
-        "torch._inductor.lowering.lowerings[aten.bmm.default]": "d84b2953f782dcf5",
-        "torch._inductor.lowering.lowerings[aten.bmm.dtype]": "d84b2953f782dcf5",
-        "torch._inductor.lowering.lowerings[aten.baddbmm.default]": "ec80ba197969e964",
-        "torch._inductor.lowering.lowerings[aten.baddbmm.dtype]": "ec80ba197969e964",
-        "torch._inductor.scheduler.Scheduler.enter_context": "9385993030a10d31",
-    }},
-    modules=(__name__,),
-    post_grad_pre_passes=(annotate_matmuls,),
-    pr_body="""\
-Under torch.compile, AOTAutograd applies autocast before Inductor sees the graph:
-the post-grad graph holds only convert_element_type casts in front of aten.mm,
-the same graph as an explicit x.to(torch.bfloat16), and the autocast state is off
-while Inductor lowers. A lowering or a template cannot tell an autocast matmul
-from a user cast, so it cannot pick a kernel that does autocast's casts itself.
-
-This carries the user's torch.autocast regions down to codegen: a pre-grad pass
-marks every node with the autocast state it runs under (node.meta["custom"], which
-AOTAutograd copies to the aten nodes, forward and backward), a post-grad pass
-attaches a MatmulMeta (autocast dtype, source, operand dtypes before and after the
-casts, accumulate dtype, tensor-core eligibility) to each mm/addmm/bmm/baddbmm,
-the lowerings carry it to the IR node, the wrapper prints one comment per matmul,
-and the FX graph cache key covers the region marks (an autocast cast and a user
-cast are otherwise the same graph). Kernels are unchanged: only comments differ
-from stock (test_autocast_linear checks this).
-
-Measured: no kernel change, so no speed change; it is the metadata the
-tensorcore_mm lowering (next patch) decides by.""",
-))
+def write_matmul_comments(scheduler: Any, node: Any) -> None:
+    """Codegen of scheduler node ``node``: one wrapper comment per matmul it computes."""
+    try:
+        wrapper = V.graph.wrapper_code
+        emitted = wrapper.__dict__.setdefault(_EMITTED_ATTR, set())
+        pending = _pending_comments(node, emitted)
+        if pending:
+            if node.get_device() is not None and (node.is_extern() or node.is_template()):
+                # Scheduler._codegen flushes right after this for such nodes; flushing
+                # first puts the comment next to this node's call, not a previous kernel's
+                scheduler.flush()
+            for fx_node, meta in pending:
+                emitted.add(fx_node.name)
+                wrapper.make_comment(f"{wrapper.comment} matmul_meta: {meta.describe()}")
+                _record(fx_node, meta)
+    except Exception:
+        _fallback("comment", node)

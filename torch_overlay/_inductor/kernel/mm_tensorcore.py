@@ -1,51 +1,19 @@
-"""Overlay ``tensorcore_mm``: autocast matmuls of fp32 tensors, cast in registers.
+"""Autocast matmuls of fp32 tensors, cast in registers (``config.tensorcore_mm_autocast``).
 
-Under ``torch.autocast`` stock Inductor lowers ``F.linear`` of fp32 tensors to one
-cast kernel per operand and a cuBLAS 16-bit GEMM; its prologue fusion refuses
-fp32 -> 16-bit downcasts by design. For an aten mm/addmm/bmm/baddbmm whose
-``MatmulMeta`` (overlay ``matmul_meta``) says autocast fp16/bf16, this overlay's
-lowering may instead hand the fp32 tensors in front of the casts to the
-``tensorcore_mm`` TritonTemplate, which loads them, rounds them to the autocast
-dtype in registers (what the skipped cast kernels would have done), runs ``tl.dot``
-with fp32 accumulation and rounds the result (after the bias, as cuBLAS does) to
-the autocast dtype before any epilogue reads it: the numerics of eager autocast.
-Epilogues (bias, activation, residual, output cast) fuse into it in default mode.
+Under ``torch.autocast`` stock Inductor lowers ``F.linear`` of fp32 tensors to one cast
+kernel per operand and a 16-bit cuBLAS GEMM (prologue fusion refuses fp32 -> 16-bit
+downcasts). For an mm/addmm/bmm/baddbmm whose ``MatmulMeta`` (fx_passes/matmul_meta.py)
+says autocast fp16/bf16, ``tuned_tensorcore_mm`` may instead hand the fp32 tensors in
+front of the casts to the ``tensorcore_mm`` template, which loads them, rounds them to the
+autocast dtype in registers, runs ``tl.dot`` with fp32 accumulation and rounds the result
+(after the bias, as cuBLAS does) before any epilogue reads it: eager autocast's numerics.
+One row (M = 1) lowers to a reduction over K instead (``_lower_gemv``).
 
-Whether the template pays is decided per operand by the cost model of
-``template_heuristics/tensorcore_mm.py``; a matmul it does not pay for, and any
-input it does not handle (not autocast, fp64, integers, CPU, a config that does not
-fit shared memory, an internal error) goes to the stock lowering, counted in
-``counters["torch_overlay"]["tensorcore_mm_fallback:<reason>"]`` and logged at
-debug level. fp32 matmuls outside autocast always take the stock path, which uses
-tensor cores (TF32) only as ``torch.backends.cuda.matmul`` allows.
-
-Where M and N are so small that the tiles leave SMs idle, K is split: the last
-program of a tile adds the fp32 partials in split order (deterministic) and runs
-the fused epilogue. A symbolic M gets one kernel for its whole range: the config
-is chosen over the range, and an M without a bound (``mark_dynamic(x, 0,
-max=...)``) keeps the stock path, since a decode-shaped kernel would also run
-every prefill.
-
-One row (M = 1, not batched) lowers to an Inductor reduction over K instead of the
-template (``_lower_gemv``): it reads the fp32 operands once, rounds them in
-registers and sums in fp32, and streams the weight faster than a row of 16-row
-tiles. A matmul whose only reader is a gelu-add (overlay ``gelu_add``) counts that
-epilogue in the cost model (stock pays a pointwise kernel for it); with it, 16-bit
-operands may take the template too, which then fuses the gelu-add (one kernel).
-
-Under max-autotune the template's configs are autotuned against the stock path
-expressed as a subgraph of the same fp32 inputs (cast + aten matmul), so the
-separate casts are timed too.
-
-Layout, as upstream: this module is the lowering and the templates (as
-kernel/mm.py is for ``mm_template``; a new file rather than an edit of mm.py,
-since ``tuned_mm`` stays as it is and is only wrapped), the kernel source is
-templates/tensorcore_mm.py.jinja, and the configs and cost model are
-template_heuristics/tensorcore_mm.py, registered with ``register_template_heuristic``.
-
-The lowering hooks wrap whatever ``lowerings[aten.mm]`` etc. held before (upstream's
-``tuned_mm``, or another overlay's wrapper of it) and call it for every matmul they
-do not take.
+The cost model and configs are template_heuristics/tensorcore_mm.py. A matmul it does not
+pay for, and any input it does not handle, returns None: the stock lowering runs,
+counted in ``counters["inductor"]["tensorcore_mm_fallback:<reason>"]`` (or ``..._stock:``
+where stock is the better choice). Under max-autotune the template's configs are
+autotuned against the stock path as a subgraph of the same fp32 inputs.
 """
 from __future__ import annotations
 
@@ -72,18 +40,16 @@ try:
     from torch._inductor.virtualized import ops, V
 except ImportError as e:  # pragma: no cover - a torch without these private APIs
     raise ImportError(
-        f"torch_overlay tensorcore_mm needs torch._inductor internals of torch 2.11 "
+        f"tensorcore_mm needs torch._inductor internals of torch 2.11 "
         f"(select_algorithm.TritonTemplate, kernel_inputs.MMKernelInputs, ...): {e}"
     ) from e
 
-from ..._registry import REGISTRY, Hook, Overlay
-from ..fx_passes import matmul_meta  # the overlay this one requires: registered first
+from ..fx_passes import matmul_meta
 
 log = logging.getLogger(__name__)
 aten = torch.ops.aten
 
-OVERLAY_NAME = "tensorcore_mm"
-COUNTER = "torch_overlay"
+COUNTER = "inductor"
 TEMPLATE_NAMES = ("tensorcore_mm", "tensorcore_bmm")
 _TEMPLATE_DIR = pathlib.Path(__file__).parent / "templates"
 
@@ -97,12 +63,12 @@ def _template(name: str, grid: Any) -> TritonTemplate:
     source = load_template("tensorcore_mm", _TEMPLATE_DIR)
     existing = TritonTemplate.all_templates.get(name)
     if existing is not None:
-        if getattr(existing, "_torch_overlay_source", None) == source:
+        if getattr(existing, "_tensorcore_source", None) == source:
             return existing
         del TritonTemplate.all_templates[name]
     template = TritonTemplate(name=name, grid=grid, source=source,
                               cache_codegen_enabled_for_template=True)
-    template._torch_overlay_source = source  # type: ignore[attr-defined]
+    template._tensorcore_source = source  # type: ignore[attr-defined]
     return template
 
 
@@ -529,106 +495,29 @@ def _stock_choices(op: str, kernel_inputs: MMKernelInputs, layout: Any,
     return [choice]
 
 
-def make_lowering(target: Any, original: Callable[..., Any]) -> Callable[..., Any]:
-    """``lowerings[target]`` with the template in front of ``original``."""
-
-    @functools.wraps(original)
-    def tensorcore_lowering(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return _decide(target, args, kwargs)
-        except _Decline as d:
-            if d.fallback:
-                _count(f"tensorcore_mm_fallback:{d.reason}")
-            else:
-                _count(f"tensorcore_mm_stock:{d.reason}")
-            log.debug("tensorcore_mm: %s: stock lowering (%s)", target, d.reason)
-        except Exception as e:  # never a crash deep inside Inductor: stock handles it
-            _count("tensorcore_mm_fallback:internal_error")
-            log.debug("tensorcore_mm: %s: internal error, stock lowering", target, exc_info=True)
-            if _strict():
-                raise
-            del e
-        return original(*args, **kwargs)
-
-    tensorcore_lowering._torch_overlay = OVERLAY_NAME  # type: ignore[attr-defined]
-    return tensorcore_lowering
+def tuned_tensorcore_mm(target: Any, *args: Any, **kwargs: Any) -> Optional[Any]:
+    """The lowering of the graph's ``target`` node through the template (or the M = 1
+    reduction), or None where the stock lowering should run."""
+    try:
+        return _decide(target, args, {k: v for k, v in kwargs.items() if v is not None})
+    except _Decline as d:
+        _count(f"tensorcore_mm_{'fallback' if d.fallback else 'stock'}:{d.reason}")
+        log.debug("tensorcore_mm: %s: stock lowering (%s)", target, d.reason)
+    except Exception as e:  # never a failed compile: stock handles it
+        _count("tensorcore_mm_fallback:internal_error")
+        if _strict():
+            raise
+        log.warning("tensorcore_mm: %s: stock lowering after an internal error: %s: %s",
+                    target, type(e).__name__, e, exc_info=log.isEnabledFor(logging.DEBUG))
+    return None
 
 
 def _strict() -> bool:
     """Tests set this to see internal errors instead of a silent fallback."""
     import os
 
-    return os.environ.get("TORCH_OVERLAY_STRICT", "") == "1"
+    return os.environ.get("TORCHINDUCTOR_STRICT_FALLBACKS", "") == "1"
 
-
-def _hook(target: Any, key_repr: str, upstream: str) -> Hook:
-    return Hook(
-        owner="torch._inductor.lowering.lowerings",
-        key=lambda: target,
-        key_repr=key_repr,
-        # named, so the exported activation line can call it: make_lowering(target, original)
-        build=functools.partial(make_lowering, target),
-        fingerprint=upstream,
-    )
-
-
-HOOKS = (
-    _hook(aten.mm.default, "aten.mm.default", "torch._inductor.kernel.mm.tuned_mm"),
-    _hook(aten.addmm.default, "aten.addmm.default", "torch._inductor.kernel.mm.tuned_addmm"),
-    _hook(aten.bmm.default, "aten.bmm.default", "torch._inductor.kernel.bmm.tuned_bmm"),
-    _hook(aten.baddbmm.default, "aten.baddbmm.default", "torch._inductor.kernel.bmm.tuned_baddbmm"),
-    # the epilogue's rounding reaches fused epilogues through store_output's store cache
-    Hook.depends_on("torch._inductor.select_algorithm.TritonTemplateKernel.store_output"),
-    Hook.depends_on("torch._inductor.select_algorithm.TritonTemplateKernel.load_input"),
-    # op names other than mm/addmm get a fixed output layout outside max-autotune
-    Hook.depends_on("torch._inductor.choices.InductorChoices._need_to_fix_layout"),
-)
-
-OVERLAY = REGISTRY.register(Overlay(
-    name=OVERLAY_NAME,
-    purpose="autocast matmuls of fp32 tensors: a Triton template that casts in registers, "
-            "chosen per shape by a cost model",
-    hooks=HOOKS,
-    validated={"2.11.0": {
-        "torch._inductor.lowering.lowerings[aten.mm.default]": "9b8eb3631ff43dc4",
-        "torch._inductor.lowering.lowerings[aten.addmm.default]": "bcb3bab91f40eb6d",
-        "torch._inductor.lowering.lowerings[aten.bmm.default]": "d84b2953f782dcf5",
-        "torch._inductor.lowering.lowerings[aten.baddbmm.default]": "ec80ba197969e964",
-        "torch._inductor.select_algorithm.TritonTemplateKernel.store_output": "a078c08a0fd8f932",
-        "torch._inductor.select_algorithm.TritonTemplateKernel.load_input": "e882bd03934e5fb6",
-        "torch._inductor.choices.InductorChoices._need_to_fix_layout": "f7219a1d6197d17a",
-    }},
-    requires=("matmul_meta",),
-    modules=(__name__, "torch_overlay._inductor.template_heuristics.tensorcore_mm"),
-    pr_body="""\
-Under torch.autocast, Inductor lowers F.linear of fp32 tensors to one cast kernel
-per operand and a 16-bit cuBLAS GEMM: prologue fusion refuses fp32 -> 16-bit
-downcasts by design. At decode sizes those launches and the extra round trip of
-the weight through memory dominate.
-
-This adds a TritonTemplate (kernel/templates/tensorcore_mm.py.jinja) that loads
-the fp32 operands, rounds them to the autocast dtype in registers, runs tl.dot
-with fp32 accumulation and rounds the result (after the bias, as cuBLAS does)
-before any epilogue reads it: eager autocast's numerics. Epilogues fuse into it.
-A per-operand cost model (template_heuristics/tensorcore_mm.py) chooses it only
-where it is predicted to win; elsewhere the stock lowering runs. Small M and N
-split K with a deterministic reduction; a bounded symbolic M gets one kernel.
-
-One row (M = 1) lowers instead to an Inductor reduction over K that reads the
-fp32 operands once (the template would run its MMAs 1/16 full). A matmul whose
-only reader is a gelu-add (the gelu_add patch) counts that epilogue in the cost
-model, and 16-bit operands may then take the template to fuse it.
-
-Measured on an H200 (torch 2.11.0+cu130, triton 3.6.0; BENCHMARKS.md,
-2026-11-21, F.linear under bf16 autocast, fp32 x and w, against stock default):
-- M=1: 2.05x (the reduction; 0.0217 ms, stock max-autotune's 0.0216);
-  M=16: 1.67x, M=128: 1.41x, 16x11008: 1.72x, 16x12288: 1.81x; M=1024: 1.21x.
-- M >= 2048: the cost model keeps the stock path (0.98-1.01x, the run's noise).
-- Compile time: at most 1.26x stock at decode sizes, 1.21x at M=128 (0.70 s),
-  1.65x at M=1024 (0.91 s against 0.55 s).
-Experimental: not all speed targets are met; BENCHMARKS.md measures what bounds them
-(a pure read of the fp32 weight, Triton's decode kernel classes, M=1024's compile).""",
-))
 
 # registers the config heuristic of the templates (it imports the templates above)
 from ..template_heuristics import tensorcore_mm as _heuristics  # noqa: E402,F401

@@ -1,0 +1,269 @@
+"""Edits of upstream functions, kept as the unified diff itself and applied to the live code.
+
+An edit is a ``.diff`` file beside the overlay path of the upstream file it changes
+(``torch_overlay/_inductor/kernel/mm.tensorcore_mm.diff`` edits
+``torch/_inductor/kernel/mm.py``): the very hunks the exported patch carries. At run time
+the hunks are applied to the installed module's source; every function (or method of a
+top-level class) they touch is compiled again from the edited text against the module's
+globals, and its ``__code__`` is swapped in place, so each reference to it (the lowerings
+table, ``from ... import`` names, decorators' closures) runs the edited code. Restoring puts
+the original code object back. A hunk whose context is not in the installed source is
+drift: the edit is refused, naming the function and the torch version.
+
+``config.py`` is the one file whose hunks are module-level: they declare the features'
+flags (``name: type = default``), installed into the live ``torch._inductor.config``.
+"""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import importlib
+import inspect
+import linecache
+import pathlib
+import re
+import textwrap
+import types
+from typing import Any, Iterator
+
+PACKAGE_DIR = pathlib.Path(__file__).resolve().parent
+OVERLAY_ROOT = PACKAGE_DIR / "_inductor"  # mirrors torch/_inductor
+CONFIG_FILE = "torch/_inductor/config.py"
+
+
+class EditError(RuntimeError):
+    """An edit does not apply to the installed torch; the message says where and why."""
+
+
+def torch_version() -> str:
+    import torch
+
+    return torch.__version__
+
+
+@dataclasses.dataclass(frozen=True)
+class Hunk:
+    old_start: int  # 1-based line of the hunk in the file the diff was made against
+    lines: tuple[str, ...]  # with their ' ', '-', '+' prefixes
+    heading: str  # text after the second @@: the enclosing definition, as git writes it
+
+    @property
+    def old(self) -> list[str]:
+        return [line[1:] for line in self.lines if line[0] in " -"]
+
+    @property
+    def new(self) -> list[str]:
+        return [line[1:] for line in self.lines if line[0] in " +"]
+
+    @property
+    def added(self) -> list[str]:
+        return [line[1:] for line in self.lines if line[0] == "+"]
+
+    def changed_offsets(self) -> tuple[int, int]:
+        """The first and last offset into ``old`` that the hunk removes or inserts before."""
+        offsets, i = [], 0
+        for line in self.lines:
+            if line[0] == "-":
+                offsets.append(i)
+            elif line[0] == "+":
+                offsets.append(i)  # an insertion sits between i - 1 and i
+            if line[0] in " -":
+                i += 1
+        return min(offsets), max(offsets)
+
+
+_HUNK_HEADER = re.compile(r"^@@ -(\d+)(?:,\d+)? \+\d+(?:,\d+)? @@ ?(.*)$")
+
+
+@dataclasses.dataclass(frozen=True)
+class FileDiff:
+    """The hunks of one ``.diff`` file: one upstream file, one feature."""
+
+    path: pathlib.Path  # the .diff file
+    upstream: str  # e.g. torch/_inductor/kernel/mm.py
+    hunks: tuple[Hunk, ...]
+    text: str
+
+    @classmethod
+    def read(cls, path: pathlib.Path) -> "FileDiff":
+        text = path.read_text()
+        upstream, hunks, current, heading, start = None, [], [], "", 0
+        for line in text.splitlines():
+            if line.startswith("+++ "):
+                upstream = line[4:].strip().removeprefix("b/")
+            elif line.startswith("--- ") and not current:
+                continue
+            elif m := _HUNK_HEADER.match(line):
+                if current:
+                    hunks.append(Hunk(start, tuple(current), heading))
+                start, heading, current = int(m.group(1)), m.group(2), []
+            elif line[:1] in (" ", "-", "+") and upstream is not None:
+                current.append(line)
+            elif line == "" and upstream is not None and hunks is not None:
+                current.append(" ")  # an empty context line some editors strip the space of
+        if current:
+            hunks.append(Hunk(start, tuple(current), heading))
+        if upstream is None or not hunks:
+            raise EditError(f"{path}: not a unified diff of one upstream file")
+        return cls(path, upstream, tuple(hunks), text)
+
+    @property
+    def module(self) -> str:
+        return self.upstream.removesuffix(".py").replace("/", ".")
+
+
+def _find(lines: list[str], block: list[str], near: int) -> int:
+    """Index where ``block`` occurs in ``lines``, the occurrence nearest ``near``; -1 if none."""
+    hits = [i for i in range(len(lines) - len(block) + 1) if lines[i:i + len(block)] == block]
+    return min(hits, key=lambda i: abs(i - near)) if hits else -1
+
+
+def apply_hunks(source: str, diff: FileDiff) -> tuple[str, list[tuple[int, int]]]:
+    """Apply the hunks to ``source`` (by context, at any offset, as patch does).
+
+    Returns the edited text and, per hunk, the 1-based range of old lines it changes.
+    """
+    lines = source.splitlines()
+    changed, shift = [], 0
+    for hunk in diff.hunks:
+        at = _find(lines, hunk.old, hunk.old_start - 1 + shift)
+        if at < 0:
+            where = hunk.heading.strip() or f"line {hunk.old_start}"
+            raise EditError(
+                f"{diff.path.name}: the hunk at {diff.upstream}:{hunk.old_start} ({where}) does "
+                f"not apply to torch {torch_version()}: upstream changed that code")
+        first, last = hunk.changed_offsets()
+        # 1-based lines of the source before the edit (no earlier hunk's shift)
+        changed.append((at - shift + first + 1, at - shift + last + 1))
+        lines[at:at + len(hunk.old)] = hunk.new
+        shift += len(hunk.new) - len(hunk.old)
+    return "\n".join(lines) + "\n", changed
+
+
+def _definitions(tree: ast.Module) -> Iterator[tuple[str, ast.AST]]:
+    """(qualname, node) of top-level functions and methods of top-level classes."""
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield node.name, node
+        elif isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    yield f"{node.name}.{item.name}", item
+
+
+def _enclosing(tree: ast.Module, first: int, last: int) -> str | None:
+    for qualname, node in _definitions(tree):
+        if node.lineno < first and last <= node.end_lineno + 1:
+            return qualname
+    return None
+
+
+def live_function(module: types.ModuleType, qualname: str) -> types.FunctionType:
+    """The function object whose code runs for ``module.qualname``, under its decorators."""
+    owner, name = module, qualname
+    if "." in qualname:
+        cls_name, name = qualname.split(".")
+        owner = vars(module)[cls_name]
+    obj = vars(owner)[name]
+    if isinstance(obj, (staticmethod, classmethod)):
+        obj = obj.__func__
+    filename = inspect.getsourcefile(module)
+    for _ in range(8):  # decorators that keep __wrapped__ (register_lowering, functools.wraps)
+        code = getattr(obj, "__code__", None)
+        # an edited function's code names the file it was edited from
+        if (code is not None and code.co_name == name
+                and code.co_filename.startswith(filename)):
+            return obj
+        obj = getattr(obj, "__wrapped__", None)
+        if obj is None:
+            break
+    raise EditError(f"{module.__name__}.{qualname}: no function of that name defined in "
+                    f"{filename}")
+
+
+def compile_function(edited: str, node: ast.AST, original: types.FunctionType,
+                     module: types.ModuleType, filename: str) -> types.CodeType:
+    """The code object of the definition ``node`` of the ``edited`` module source.
+
+    Compiled inside a factory that binds the original's free variables (``__class__`` of a
+    method calling ``super()``, a decorator's closure), so the closure it is swapped under
+    fits, and padded so that tracebacks give the line in the edited file.
+    """
+    lines = edited.splitlines()[node.lineno - 1:node.end_lineno]
+    body = textwrap.indent(textwrap.dedent("\n".join(lines)), "    ")
+    freevars = original.__code__.co_freevars
+    header = ["def __torch_overlay_edit__():", *(f"    {v} = None" for v in freevars)]
+    pad = max(0, node.lineno - 1 - len(header))
+    source = "\n" * pad + "\n".join(header) + "\n" + body + f"\n    return {node.name}\n"
+    namespace: dict[str, Any] = {}
+    exec(compile(source, filename, "exec"), vars(module), namespace)
+    code = namespace["__torch_overlay_edit__"]().__code__
+    if code.co_freevars != freevars:
+        raise EditError(f"{module.__name__}.{node.name}: the edit changes the free variables "
+                        f"{freevars} -> {code.co_freevars}; it cannot replace the live code")
+    return code
+
+
+@dataclasses.dataclass
+class Swap:
+    """One live function whose code an edit replaced."""
+
+    target: str  # torch._inductor.kernel.mm.tuned_mm
+    function: types.FunctionType
+    original: types.CodeType
+    edited: types.CodeType
+
+    def apply(self) -> None:
+        self.function.__code__ = self.edited
+
+    def restore(self) -> None:
+        self.function.__code__ = self.original
+
+
+def plan_swaps(diffs: list[FileDiff]) -> list[Swap]:
+    """Swaps that realise ``diffs`` (function edits only) on the installed torch; none done yet.
+
+    Diffs of one module apply in the order given, each to the text the previous left, and
+    every function any of them touches is compiled once from the final text. Raises
+    EditError naming the function and torch version where a hunk does not apply, or where
+    a hunk lies outside any function.
+    """
+    by_module: dict[str, list[FileDiff]] = {}
+    for diff in diffs:
+        by_module.setdefault(diff.module, []).append(diff)
+    swaps: list[Swap] = []
+    for module_name, module_diffs in by_module.items():
+        module = importlib.import_module(module_name)
+        edited = inspect.getsource(module)
+        qualnames: list[str] = []
+        for diff in module_diffs:
+            before = ast.parse(edited)
+            edited, changed = apply_hunks(edited, diff)
+            for (first, last), hunk in zip(changed, diff.hunks):
+                qualname = _enclosing(before, first, last)
+                if qualname is None:
+                    raise EditError(
+                        f"{diff.path.name}: the hunk at {diff.upstream}:{hunk.old_start} changes "
+                        "code outside a function; only function bodies are edited at run time")
+                if qualname not in qualnames:
+                    qualnames.append(qualname)
+        names = "+".join(d.path.name for d in module_diffs)
+        filename = f"{inspect.getsourcefile(module)} (edited by {names})"
+        # tracebacks through the edited code show the edited lines
+        linecache.cache[filename] = (len(edited), None, edited.splitlines(True), filename)
+        new_defs = dict(_definitions(ast.parse(edited)))
+        for qualname in qualnames:
+            function = live_function(module, qualname)
+            code = compile_function(edited, new_defs[qualname], function, module, filename)
+            swaps.append(Swap(f"{module_name}.{qualname}", function, function.__code__, code))
+    return swaps
+
+
+def config_declarations(diff: FileDiff) -> dict[str, tuple[Any, type]]:
+    """The flags a config.py diff declares: name -> (default, type)."""
+    source = "\n".join(line for hunk in diff.hunks for line in hunk.added)
+    namespace: dict[str, Any] = {}
+    exec(compile(source, str(diff.path), "exec"), {}, namespace)
+    annotations = namespace.pop("__annotations__", {})
+    return {name: (value, annotations.get(name, type(value)))
+            for name, value in namespace.items()}
