@@ -24,12 +24,7 @@ from torch.testing import FileCheck
 from torch.testing._internal.common_utils import instantiate_parametrized_tests, parametrize
 from torch.testing._internal.inductor_utils import GPU_TYPE, HAS_GPU
 
-import torch_overlay
-if torch_overlay.killed():
-    # overlays off: the patched upstream module acts (tools/export_patches.py --check)
-    from torch._inductor.fx_passes import gelu_add as gelu_add_overlay
-else:
-    from torch_overlay._inductor.fx_passes import gelu_add as gelu_add_overlay
+from torch._inductor.fx_passes import gelu_add as gelu_add_overlay
 from torch_overlay.testing import get_code
 from torch_overlay.testing.golden import GoldenMixin
 
@@ -114,43 +109,49 @@ def kernel_names(code: list[str]) -> list[str]:
     return sorted(set(re.findall(r"\b(?:triton_poi|cpp)_fused_\w+?_\d+\b", "\n".join(code))))
 
 
+# the config flag of each feature: gelu_add, and tensorcore_mm with the metadata it needs
+FLAGS = {
+    "gelu_add": ("gelu_add_fusion",),
+    "tensorcore_mm": ("autocast_matmul_meta", "tensorcore_mm_autocast"),
+}
+
+
+def features(names=()):
+    """config.patch with exactly the named features on."""
+    on = {flag for name in names for flag in FLAGS[name]}
+    return inductor_config.patch({flag: flag in on for flags in FLAGS.values() for flag in flags})
+
+
 class GeluAddTestCase(GoldenMixin, TestCase):
     def setUp(self):
         super().setUp()
-        torch_overlay.disable()
+        self._stock = features()
+        self._stock.__enter__()
         counters.clear()
 
     def tearDown(self):
-        torch_overlay.disable()
+        self._stock.__exit__(None, None, None)
         super().tearDown()
 
     @property
     def overlay_counts(self):
-        return counters["torch_overlay"]
+        return counters["inductor"]
 
     def cuda_code(self, fn, *inputs, overlay=True, dynamic=False, overlays=("gelu_add",)):
         """Generated CUDA code for the H200 (GPU-free here), ``overlays`` on or none."""
         torch._dynamo.reset()
-        if overlay:
-            torch_overlay.enable(list(overlays))
-        try:
+        with features(overlays if overlay else ()):
             return get_code(torch.compile(fn, dynamic=dynamic), *inputs, gpu="h200")
-        finally:
-            torch_overlay.disable()
 
     def compile_and_run(self, fn, *inputs, overlay=True, dynamic=False, overlays=("gelu_add",)):
         """(outputs, code) of a fresh compile on the inputs' device, ``overlays`` on or none."""
         torch._dynamo.reset()
-        if overlay:
-            torch_overlay.enable(list(overlays))
-        try:
-            with (
-                inductor_config.patch(fx_graph_cache=False),
-                functorch_config.patch(enable_autograd_cache=False),
-            ):
-                return run_and_get_code(torch.compile(fn, dynamic=dynamic), *inputs)
-        finally:
-            torch_overlay.disable()
+        with (
+            features(overlays if overlay else ()),
+            inductor_config.patch(fx_graph_cache=False),
+            functorch_config.patch(enable_autograd_cache=False),
+        ):
+            return run_and_get_code(torch.compile(fn, dynamic=dynamic), *inputs)
 
     def assertMatchesEager(self, actual, expected, dtype):
         atol, rtol = TOLERANCES[dtype]
@@ -292,10 +293,6 @@ class GeluAddPatternTests(GeluAddTestCase):
         self.assertEqual(extern_calls.findall(code), extern_calls.findall(stock))
         self.assertTrue(extern_calls.findall(code))
 
-    def test_status_and_fingerprints(self):
-        (overlay,) = [o for o in torch_overlay.status().overlays if o.name == "gelu_add"]
-        self.assertEqual(overlay.state, "inactive")
-        self.assertTrue(overlay.targets and all(c.ok for c in overlay.targets), overlay.targets)
 
 
 class GeluAddGoldenTests(GeluAddTestCase):
@@ -493,7 +490,7 @@ class GeluAddEpilogueTests(GeluAddTestCase):
     OVERLAYS = ["tensorcore_mm", "gelu_add"]
 
     def code_with(self, fn, *inputs, force=None):
-        from torch_overlay._inductor.template_heuristics import tensorcore_mm as heuristics
+        from torch._inductor.template_heuristics import tensorcore_mm as heuristics
 
         forced = (heuristics.forced("template", force) if force is not None
                   else contextlib.nullcontext())
@@ -571,7 +568,7 @@ class GeluAddEpilogueTests(GeluAddTestCase):
     @parametrize("approximate", APPROXIMATIONS)
     @parametrize("variant", ["bf16", "autocast"])
     def test_gpu_values_and_gradients(self, variant, approximate):
-        from torch_overlay._inductor.template_heuristics import tensorcore_mm as heuristics
+        from torch._inductor.template_heuristics import tensorcore_mm as heuristics
 
         dtype = torch.bfloat16 if variant == "bf16" else torch.float32
         fn = gelu_linear(approximate, autocast=variant == "autocast")

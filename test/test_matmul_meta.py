@@ -30,14 +30,7 @@ from torch._inductor.test_case import run_tests, TestCase
 from torch._inductor.utils import run_and_get_code
 from torch.testing._internal.common_utils import instantiate_parametrized_tests, parametrize
 
-import torch_overlay
-from torch_overlay._registry import REGISTRY
-
-if torch_overlay.killed():
-    # overlays off: the patched upstream module acts (tools/export_patches.py --check)
-    from torch._inductor.fx_passes import matmul_meta
-else:
-    from torch_overlay._inductor.fx_passes import matmul_meta
+from torch._inductor.fx_passes import matmul_meta
 cast_source = matmul_meta.cast_source
 get_matmul_meta = matmul_meta.get_matmul_meta
 MATMUL_META_KEY = matmul_meta.MATMUL_META_KEY
@@ -55,18 +48,15 @@ class MatmulMetaOnly:
 
     def setUp(self):
         super().setUp()
-        torch_overlay.disable()
-        torch_overlay.enable(["matmul_meta"])
-        # another overlay on the same lowerings would change the code these tests check
-        # (under TORCH_OVERLAY_DISABLE=1 the patched upstream sources act instead:
-        # tools/export_patches.py --check)
-        if not torch_overlay.killed():
-            self.assertEqual(REGISTRY.enabled(), ["matmul_meta"])
+        # another feature on the same lowerings would change the code these tests check
+        self._features = inductor_config.patch(
+            autocast_matmul_meta=True, tensorcore_mm_autocast=False, gelu_add_fusion=False)
+        self._features.__enter__()
         counters.clear()
         matmul_meta.clear_recent_matmul_metas()
 
     def tearDown(self):
-        torch_overlay.disable()
+        self._features.__exit__(None, None, None)
         super().tearDown()
 
 
@@ -166,7 +156,7 @@ class TestMatmulMetaDetection(MatmulMetaOnly, TestCase):
 
     @staticmethod
     def fallbacks():
-        return {k: v for k, v in counters["torch_overlay"].items() if k.startswith("matmul_meta_fallback")}
+        return {k: v for k, v in counters["inductor"].items() if k.startswith("matmul_meta_fallback")}
 
     def assertAutocast(self, meta, dtype, device="cpu"):
         self.assertIsInstance(meta, MatmulMeta)
@@ -374,7 +364,7 @@ class TestMatmulMetaInductor(MatmulMetaOnly, GoldenMixin, TestCase):
     """Hooks, lowering, wrapper comments, cache keys, logs and fallbacks, on CPU."""
 
     def fallbacks(self):
-        return {k: v for k, v in counters["torch_overlay"].items() if k.startswith("matmul_meta_fallback")}
+        return {k: v for k, v in counters["inductor"].items() if k.startswith("matmul_meta_fallback")}
 
     def compile_training(self):
         args = training_args()
@@ -409,7 +399,7 @@ class TestMatmulMetaInductor(MatmulMetaOnly, GoldenMixin, TestCase):
                 self.assertEqual((meta.source, meta.autocast_dtype, meta.autocast_device),
                                  ("autocast", torch.bfloat16, "cpu"))
                 self.assertIn(f"# {COMMENT} {meta.describe()}", c)
-        self.assertEqual(counters["torch_overlay"]["matmul_meta_lowered"], 6)
+        self.assertEqual(counters["inductor"]["matmul_meta_lowered"], 6)
         self.assertEqual(self.fallbacks(), {})
 
     def test_stock_code_unchanged_but_comments(self):
@@ -421,7 +411,7 @@ class TestMatmulMetaInductor(MatmulMetaOnly, GoldenMixin, TestCase):
         args = (torch.randn(7, 13), torch.randn(13, 5), torch.randn(5, 3))
         with inductor_config.patch(fx_graph_cache=False):
             out, code = run_and_get_code(torch.compile(fn), *args)
-            torch_overlay.disable()
+            inductor_config.autocast_matmul_meta = False
             torch._dynamo.reset()
             stock_out, stock_code = run_and_get_code(torch.compile(fn), *args)
         self.assertEqual(code[0].count(COMMENT), 2)
@@ -471,10 +461,10 @@ class TestMatmulMetaInductor(MatmulMetaOnly, GoldenMixin, TestCase):
         fn, args, _ = case_linear(torch.bfloat16)
         args = [a.detach() for a in args]
         with mock.patch.object(matmul_meta, "_entered", side_effect=RuntimeError("boom")), \
-                mock.patch.dict(os.environ, {"TORCH_OVERLAY_STRICT": "0"}):
+                mock.patch.dict(os.environ, {"TORCHINDUCTOR_STRICT_FALLBACKS": "0"}):
             out, code = run_and_get_code(torch.compile(fn), *args)
         self.assertEqual(out, fn(*args))
-        self.assertEqual(counters["torch_overlay"]["matmul_meta_fallback:autocast_regions"], 1)
+        self.assertEqual(counters["inductor"]["matmul_meta_fallback:autocast_regions"], 1)
         # no region read: never an autocast claim
         self.assertIn("source=user_cast", comment_lines(code))
         self.assertNotIn("source=autocast", comment_lines(code))
@@ -484,27 +474,27 @@ class TestMatmulMetaInductor(MatmulMetaOnly, GoldenMixin, TestCase):
         # bf16 operands: no cast kernel, only the extern bmm (a C++ compile costs seconds)
         args = (torch.randn(3, 7, 13, dtype=torch.bfloat16), torch.randn(3, 13, 5, dtype=torch.bfloat16))
         with mock.patch.object(matmul_meta, "_record", side_effect=RuntimeError("boom")), \
-                mock.patch.dict(os.environ, {"TORCH_OVERLAY_STRICT": "0"}):
+                mock.patch.dict(os.environ, {"TORCHINDUCTOR_STRICT_FALLBACKS": "0"}):
             out, code = run_and_get_code(torch.compile(fn), *args)
         self.assertEqual(out, fn(*args))
-        self.assertEqual(counters["torch_overlay"]["matmul_meta_fallback:attach"], 1)
-        self.assertEqual(counters["torch_overlay"]["matmul_meta_fallback:comment"], 1)
+        self.assertEqual(counters["inductor"]["matmul_meta_fallback:attach"], 1)
+        self.assertEqual(counters["inductor"]["matmul_meta_fallback:comment"], 1)
 
     def test_overlay_disabled_leaves_nothing(self):
-        torch_overlay.disable()
+        inductor_config.autocast_matmul_meta = False
         fn, args, _ = case_mm(torch.bfloat16)
         args = [a.detach() for a in args]
         _, code = run_and_get_code(torch.compile(fn), *args)
         self.assertNotIn(COMMENT, code[0])
         self.assertEqual(recent_matmul_metas(), [])
-        self.assertEqual(counters["torch_overlay"], {})
+        self.assertEqual({k: v for k, v in counters["inductor"].items() if "matmul_meta" in k}, {})
 
     def test_log_artifact(self):
         fn, args, _ = case_baddbmm(torch.bfloat16)
         args = [a.detach() for a in args]
-        artifact = "torch._inductor.fx_passes.matmul_meta.__torch_overlay_matmul_meta"
+        artifact = "torch._inductor.fx_passes.matmul_meta.__matmul_meta"
         try:
-            torch._logging.set_logs(modules={"torch_overlay_matmul_meta": True})
+            torch._logging.set_logs(modules={"matmul_meta": True})
             with self.assertLogs(artifact, logging.DEBUG) as logs:
                 torch.compile(fn)(*args)
         finally:
@@ -524,7 +514,7 @@ class TestMatmulMetaInductor(MatmulMetaOnly, GoldenMixin, TestCase):
             "torch.compile(f)(x, w)\n"
         )
         with tempfile.TemporaryDirectory() as cache_dir:
-            env = dict(os.environ, TORCH_LOGS="+torch_overlay._inductor.fx_passes.matmul_meta",
+            env = dict(os.environ, TORCH_LOGS="+inductor",
                        TORCHINDUCTOR_CACHE_DIR=cache_dir, TORCH_OVERLAY="")
             env.pop("TORCH_OVERLAY_DISABLE", None)
             proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
@@ -565,7 +555,7 @@ class TestMatmulMetaCUDACodegen(MatmulMetaOnly, GoldenMixin, TestCase):
             "# matmul_meta: addmm autocast=bfloat16 autocast_device=cuda source=autocast "
             "in=(float32, float32, float32) compute=(bfloat16, bfloat16, bfloat16) out=bfloat16 "
             "acc=float32 tensor_core=True")
-        torch_overlay.disable()
+        inductor_config.autocast_matmul_meta = False
         torch._dynamo.reset()
         stock = get_code(torch.compile(autocast_linear), *args, gpu="h200")
         self.assertEqual(without_comments(code), without_comments(stock))

@@ -32,15 +32,8 @@ from torch.testing import FileCheck
 from torch.testing._internal.common_utils import instantiate_parametrized_tests, parametrize
 from torch.testing._internal.inductor_utils import GPU_TYPE, HAS_GPU
 
-import torch_overlay
-if torch_overlay.killed():
-    # overlays off: the patched upstream modules act (tools/export_patches.py --check);
-    # importing the overlay's heuristics would register a second heuristic for the template
-    from torch._inductor.kernel import mm_tensorcore
-    from torch._inductor.template_heuristics import tensorcore_mm as heuristics
-else:
-    from torch_overlay._inductor.kernel import mm_tensorcore
-    from torch_overlay._inductor.template_heuristics import tensorcore_mm as heuristics
+from torch._inductor.kernel import mm_tensorcore
+from torch._inductor.template_heuristics import tensorcore_mm as heuristics
 from torch_overlay.testing import get_code, numerics
 from torch_overlay.testing.golden import GoldenMixin
 from torch_overlay.testing.gpu_profiles import get_profile
@@ -132,43 +125,51 @@ def tolerate_dynamic_outputs():
         yield
 
 
+def tensorcore(on: bool) -> None:
+    """The feature, and the matmul metadata it decides by, on or off (a test's
+    ``config.patch`` puts the values back)."""
+    inductor_config.autocast_matmul_meta = on
+    inductor_config.tensorcore_mm_autocast = on
+
+
 class TensorCoreMMTestCase(GoldenMixin, TestCase):
     def setUp(self):
         super().setUp()
-        torch_overlay.disable()
         counters.clear()
         self._config = inductor_config.patch(
+            autocast_matmul_meta=False,
+            tensorcore_mm_autocast=False,
+            gelu_add_fusion=False,
             # the GPU-free harness cannot benchmark pad_mm's padding; real GPUs pad
             # only compute-bound shapes, which the cost model leaves to the stock path
             shape_padding=False,
             benchmark_epilogue_fusion=False,
         )
         self._config.__enter__()
-        os.environ["TORCH_OVERLAY_STRICT"] = "1"
+        os.environ["TORCHINDUCTOR_STRICT_FALLBACKS"] = "1"
 
     def tearDown(self):
-        os.environ.pop("TORCH_OVERLAY_STRICT", None)
+        os.environ.pop("TORCHINDUCTOR_STRICT_FALLBACKS", None)
         self._config.__exit__(None, None, None)
-        torch_overlay.disable()
         super().tearDown()
 
     @property
     def counts(self):
-        return counters["torch_overlay"]
+        return counters["inductor"]
 
     def cuda_code(self, fn, *inputs, overlay=True, dynamic=None, strict=True):
         """Generated CUDA code for the H200 (GPU-free here), overlay on or off."""
         torch._dynamo.reset()
         counters.clear()
         if overlay:
-            torch_overlay.enable(["tensorcore_mm"])
+            tensorcore(True)
         if not strict:
-            os.environ.pop("TORCH_OVERLAY_STRICT", None)
+            os.environ.pop("TORCHINDUCTOR_STRICT_FALLBACKS", None)
         try:
             with tolerate_dynamic_outputs():
                 return get_code(torch.compile(fn, dynamic=dynamic), *inputs, gpu="h200")
         finally:
-            torch_overlay.disable()
+            tensorcore(False)
 
     def assertTemplate(self, code, kernels=1, casts=0):
         self.assertEqual(len(template_kernels(code)), kernels, "\n".join(code))
@@ -394,13 +395,13 @@ class TestTensorCoreMMCodegen(TensorCoreMMTestCase):
 
         torch._dynamo.reset()
         counters.clear()
-        torch_overlay.enable(["tensorcore_mm"])
+        tensorcore(True)
         try:
             with tolerate_dynamic_outputs():
                 return get_code(fn, torch.randn(16, 4096), torch.randn(4096, 4096),
                                 torch.randn(4096), gpu="h200")
         finally:
-            torch_overlay.disable()
+            tensorcore(False)
 
     def test_golden_dynamic_m(self):
         # M symbolic up to 64: one kernel, with a config chosen for the whole range
@@ -569,12 +570,12 @@ class TestTensorCoreMMFallback(TensorCoreMMTestCase):
 
         x, w = torch.randn(8, 32), torch.randn(16, 32)
         torch._dynamo.reset()
-        torch_overlay.enable(["tensorcore_mm"])
+        tensorcore(True)
         try:
             with inductor_config.patch(fx_graph_cache=False):
                 out = torch.compile(fn)(x, w)
         finally:
-            torch_overlay.disable()
+            tensorcore(False)
         self.assertEqual(self.counts["tensorcore_mm_template"], 0)
         self.assertGreaterEqual(self.counts["tensorcore_mm_fallback:device:cpu"], 1, dict(self.counts))
         self.assertEqual(out, fn(x, w))
@@ -599,21 +600,6 @@ class TestTensorCoreMMFallback(TensorCoreMMTestCase):
             code = self.cuda_code(linear(), torch.randn(16, 4096), torch.randn(4096, 4096))
         self.assertStock(code, "tensorcore_mm_fallback:smem")
         self.assertEqual(len(cast_kernels(code)), 2)
-
-    def test_disable_restores_upstream(self):
-        from torch._inductor.kernel.mm import tuned_mm
-        from torch._inductor.lowering import lowerings
-
-        torch_overlay.enable(["tensorcore_mm"])
-        self.assertEqual(getattr(lowerings[torch.ops.aten.mm.default], "_torch_overlay", None),
-                         "tensorcore_mm")
-        torch_overlay.disable()
-        self.assertIs(lowerings[torch.ops.aten.mm.default], tuned_mm)
-
-    def test_status_and_fingerprints(self):
-        (overlay,) = [o for o in torch_overlay.status().overlays if o.name == "tensorcore_mm"]
-        self.assertEqual(overlay.state, "inactive")
-        self.assertTrue(all(c.ok for c in overlay.targets), overlay.targets)
 
     def test_reimport_keeps_one_template(self):
         import importlib
@@ -877,13 +863,13 @@ class TestTensorCoreMMGPU(TensorCoreMMTestCase):
 
     def compile_and_run(self, fn, *inputs, dynamic=None):
         torch._dynamo.reset()
-        torch_overlay.enable(["tensorcore_mm"])
+        tensorcore(True)
         try:
             with (inductor_config.patch(fx_graph_cache=False),
                   functorch_config.patch(enable_autograd_cache=False)):
                 return run_and_get_code(torch.compile(fn, dynamic=dynamic), *inputs)
         finally:
-            torch_overlay.disable()
+            tensorcore(False)
 
     def assertLikeEager(self, actual, fn, inputs, fn64, dtype):
         """tools/check_tensorcore_mm.py's criterion, the same code (numerics.compare
@@ -933,7 +919,7 @@ class TestTensorCoreMMGPU(TensorCoreMMTestCase):
         fn = linear()
         w, b = torch.randn(512, 1024, device=GPU_TYPE), torch.randn(512, device=GPU_TYPE)
         torch._dynamo.reset()
-        torch_overlay.enable(["tensorcore_mm"])
+        tensorcore(True)
         try:
             compiled = torch.compile(fn)
             for m in (16, 2, 33, 64):
@@ -942,7 +928,7 @@ class TestTensorCoreMMGPU(TensorCoreMMTestCase):
                 self.assertLikeEager(compiled(x, w, b), fn, [x, w, b], F.linear, BF16)
             self.assertEqual(self.counts["tensorcore_mm_template"], 1)  # one compile, symbolic M
         finally:
-            torch_overlay.disable()
+            tensorcore(False)
 
     @requires_cuda_gpu
     @parametrize("dtype", [BF16, FP16], name_fn=dtype_name)
@@ -964,11 +950,11 @@ class TestTensorCoreMMGPU(TensorCoreMMTestCase):
         model.zero_grad()
         x.grad = None
         torch._dynamo.reset()
-        torch_overlay.enable(["tensorcore_mm"])
+        tensorcore(True)
         try:
             out = step(torch.compile(model), x)
         finally:
-            torch_overlay.disable()
+            tensorcore(False)
         torch.testing.assert_close(out, eager_out, atol=2e-2, rtol=2e-2)
         for got, want in zip([p.grad for p in model.parameters()] + [x.grad], eager_grads):
             torch.testing.assert_close(got, want, atol=2e-2, rtol=5e-2)
