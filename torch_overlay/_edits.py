@@ -152,8 +152,15 @@ def _definitions(tree: ast.Module) -> Iterator[tuple[str, ast.AST]]:
 
 
 def _enclosing(tree: ast.Module, first: int, last: int) -> str | None:
+    """The function or method whose body holds lines first..last. A nested function is
+    refused: the live closures made from it would keep their old code."""
     for qualname, node in _definitions(tree):
         if node.lineno < first and last <= node.end_lineno + 1:
+            for inner in ast.walk(node):
+                if (inner is not node and isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef))
+                        and inner.lineno <= last and first <= inner.end_lineno):
+                    raise EditError(f"{qualname}: the edit reaches the nested function "
+                                    f"{inner.name!r}, whose live closures would keep the old code")
             return qualname
     return None
 

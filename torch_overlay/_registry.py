@@ -201,6 +201,7 @@ class Registry:
         """Make ``names`` the enabled set: flags, edits, cache-key digest."""
         import torch._inductor.config as inductor_config
 
+        names = [n for n in self._overlays if n in names]  # series order
         diffs = [d for n in names for d in self.get(n).edits()]
         for swap in reversed(self._swaps):
             swap.restore()
