@@ -4,11 +4,12 @@
     python tools/apply.py                 install the .pth hook: every process of this
                                           environment gets the overlays, then print status
     python tools/apply.py --remove        uninstall the hook (site-packages as before)
-    python tools/apply.py status          versions, each overlay's state, fingerprints
+    python tools/apply.py status          versions, each overlay's state, flag and edits
     python tools/apply.py run -- CMD ...  run one command with the overlays active
     python tools/apply.py demo            stock vs overlay kernels of a transformer MLP
 
-``--overlays a,b`` selects overlays (default: all); ``--force`` accepts upstream drift.
+``--overlays a,b`` selects overlays (default: all); ``--force`` accepts an unvalidated torch
+and enables the overlays whose edits apply, skipping the others.
 """
 from __future__ import annotations
 
@@ -65,11 +66,10 @@ def check_stack(names: list[str] | None, force: bool) -> None:
         from torch_overlay._registry import REGISTRY
 
         for name in REGISTRY.with_requirements(names or known):
-            drift = [c for c in REGISTRY.check(name) if not c.ok]
-            if drift:
-                raise UsageError(f"overlay {name!r} would be refused: {drift[0].target} has "
-                                 f"fingerprint {drift[0].actual}, validated "
-                                 f"{drift[0].expected or 'never on this torch'}; use --force")
+            reason = REGISTRY.check(name)
+            if reason is not None:
+                raise UsageError(f"overlay {name!r} would be refused: {reason}; use --force to "
+                                 "enable the overlays whose edits apply")
 
 
 def overlay_env(names: list[str] | None, force: bool) -> dict[str, str]:
@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("action", nargs="?", choices=["status", "run", "demo"])
     parser.add_argument("--remove", action="store_true", help="uninstall the activation hook")
     parser.add_argument("--overlays", help="comma-separated overlay names (default: all)")
-    parser.add_argument("--force", action="store_true", help="enable despite upstream drift")
+    parser.add_argument("--force", action="store_true", help="unvalidated torch: enable the overlays whose edits apply")
     args = parser.parse_args(argv)
     names = [n.strip() for n in args.overlays.split(",") if n.strip()] if args.overlays else None
     try:

@@ -6,7 +6,8 @@
     torch_overlay.disable()           # the exact upstream objects are back
 
 Environment: ``TORCH_OVERLAY=name,name`` selects overlays for ``enable()`` with no
-names; ``TORCH_OVERLAY_DISABLE=1`` turns every enable into a no-op (kill switch).
+names; ``TORCH_OVERLAY_DISABLE=1`` turns every enable into a no-op (kill switch);
+``TORCH_OVERLAY_FORCE=1`` enables what applies and skips (with a warning) what does not.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import dataclasses
 import importlib
 import logging
 import os
+import warnings
 from typing import Iterable
 
 from ._registry import REGISTRY, Overlay, OverlayError
@@ -52,6 +54,11 @@ OVERLAYS: tuple[Overlay, ...] = tuple(REGISTRY.register(o) for o in (
 ))
 
 
+# torch releases the overlays were validated on (tests, goldens, GPU runs); elsewhere an
+# overlay whose edits apply still enables, and tools/apply.py asks for --force
+SUPPORTED_TORCH = ("2.11",)
+
+
 def _env_flag(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
 
@@ -73,18 +80,31 @@ def _selected(names: Iterable[str] | str | None) -> list[str] | None:
     return None if names is None else list(names)
 
 
-def enable(names: Iterable[str] | str | None = None) -> list[str]:
+def enable(names: Iterable[str] | str | None = None, *, force: bool | None = None) -> list[str]:
     """Enable overlays (default: ``$TORCH_OVERLAY`` or all) and what they require.
 
     Applies their edits to the live upstream functions, declares their
     ``torch._inductor.config`` flags and turns them on. Returns the names enabled by this
     call. Raises OverlayError for an unknown name or an edit that does not apply to the
-    installed torch (drift); the overlays enabled before stay as they were.
+    installed torch (drift); the overlays enabled before stay as they were. With
+    ``force`` (``TORCH_OVERLAY_FORCE=1``) a refused overlay is skipped with a warning
+    and the others are enabled.
     """
     if killed():
         log.info("torch_overlay: TORCH_OVERLAY_DISABLE is set; no overlay enabled")
         return []
-    return REGISTRY.enable(_selected(names))
+    if force is None:
+        force = _env_flag("TORCH_OVERLAY_FORCE")
+    selected = _selected(names)
+    if not force:
+        return REGISTRY.enable(selected)
+    enabled = []
+    for name in REGISTRY.with_requirements(selected if selected is not None else REGISTRY.names):
+        try:
+            enabled += [n for n in REGISTRY.enable([name]) if n not in enabled]
+        except OverlayError as e:
+            warnings.warn(f"torch_overlay: {e}; the others stay enabled", stacklevel=2)
+    return enabled
 
 
 def disable(names: Iterable[str] | str | None = None) -> None:
