@@ -1,8 +1,8 @@
-"""tools/export_patches.py: the upstream series is derived from the overlay code.
+"""tools/export_patches.py: the upstream series is the overlays' own files, as they are.
 
-The golden run against the patched torch (overlays off) is ``python
-tools/export_patches.py --check``, a CI step of its own (.ci/run); here it runs only
-with ``TORCH_OVERLAY_EXPORT_GOLDENS=1``.
+The test runs against the patched and the pristine torch copies (overlays off) are
+``python tools/export_patches.py --check``, a CI step of its own (.ci/run); here they run
+only with ``TORCH_OVERLAY_EXPORT_GOLDENS=1``.
 """
 from __future__ import annotations
 
@@ -22,9 +22,34 @@ sys.path.insert(0, str(REPO / "tools"))
 
 import export_patches  # noqa: E402
 
+NAMES = ("matmul_meta", "tensorcore_mm", "gelu_add")
+
 
 def files(d: pathlib.Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(d.iterdir())}
+
+
+def committed_series() -> list[pathlib.Path]:
+    series = export_patches.PATCHES / "series"
+    return [export_patches.PATCHES / n for n in series.read_text().split()]
+
+
+def edited_source(path_suffix: str, *replacements: str):
+    """A read_source that sees one overlay file edited (and not re-exported): each
+    (old, new) pair of ``replacements`` replaces the first ``old``."""
+    real = export_patches.read_source
+
+    def read(path: pathlib.Path) -> bytes:
+        data = real(path)
+        if str(path).endswith(path_suffix):
+            text = data.decode()
+            for old, new in zip(replacements[::2], replacements[1::2]):
+                assert old in text, f"{old!r} not in {path}"
+                text = text.replace(old, new, 1)
+            return text.encode()
+        return data
+
+    return mock.patch.object(export_patches, "read_source", read)
 
 
 class TestExportPatches(TestCase):
@@ -43,28 +68,16 @@ class TestExportPatches(TestCase):
                 "patches/ is stale: run `python tools/export_patches.py` and commit patches/")
             series = (a / "series").read_text().split()
             self.assertEqual(len(series), 3)
-            self.assertIn("matmul_meta", series[0])
-            self.assertIn("tensorcore_mm", series[1])
-            self.assertIn("gelu_add", series[2])
+            for name, patch in zip(NAMES, series):
+                self.assertIn(name, patch)
             pin = (a / "UPSTREAM_PIN").read_text()
             import torch
 
             self.assertIn(torch.version.git_version, pin)
 
-    def test_edit_without_export_is_stale(self):
-        real = export_patches.module_file
-
-        def edited(module):
-            path = real(module)
-            if not module.endswith("gelu_add"):
-                return path
-            copy = pathlib.Path(self._tmp) / "gelu_add.py"
-            copy.write_text(path.read_text().replace(
-                "def gelu_add_pass(", "# an edit not exported\ndef gelu_add_pass(", 1))
-            return copy
-
-        with tempfile.TemporaryDirectory() as self._tmp, \
-                mock.patch.object(export_patches, "module_file", edited):
+    def test_edited_module_without_export_is_stale(self):
+        with edited_source("fx_passes/gelu_add.py", "def gelu_add_pass(",
+                           "# an edit not exported\ndef gelu_add_pass("):
             err = io.StringIO()
             with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
                 rc = export_patches.check(run_tests=False)
@@ -73,27 +86,91 @@ class TestExportPatches(TestCase):
         self.assertIn("gelu_add", err.getvalue())
         self.assertIn("run `python tools/export_patches.py`", err.getvalue())
 
-    def test_declaration_stripped_and_imports_rewritten(self):
-        path, text = export_patches.export_module("torch_overlay._inductor.kernel.mm_tensorcore")
-        self.assertEqual(path, "torch/_inductor/kernel/mm_tensorcore.py")
-        for gone in ("REGISTRY", "_registry", "Overlay(", "Hook(", "HOOKS", "torch_overlay._inductor"):
-            self.assertNotIn(gone, text)
-        self.assertIn("from ..fx_passes import matmul_meta", text)
-        self.assertIn("def make_lowering(", text)  # the hooks' build stays
-        path, text = export_patches.export_module("torch_overlay._inductor.fx_passes.matmul_meta")
-        self.assertNotIn("REGISTRY", text)
-        self.assertNotIn("_UPSTREAM", text)  # data only the declaration used
-        self.assertIn("def _enabled() -> bool:\n    return True\n", text)
-        self.assertIn("torch._inductor.fx_passes.matmul_meta", text)
+    def test_edited_diff_without_export_is_stale(self):
+        with tempfile.TemporaryDirectory() as tmp, \
+                edited_source("config.gelu_add.diff", "+gelu_add_fusion: bool = False",
+                              "+gelu_add_fusion: bool = False  # an edit not exported"):
+            fresh = self.export(pathlib.Path(tmp), "fresh")
+            problems = export_patches.stale(export_patches.PATCHES, fresh)
+        self.assertEqual(len(problems), 1, problems)
+        self.assertRegex(problems[0], r"^differs: 0003-inductor-gelu_add-")
 
-    def test_lambda_build_is_refused(self):
-        from torch_overlay._registry import Hook, Overlay
+    def test_diff_that_does_not_apply_is_refused(self):
+        with tempfile.TemporaryDirectory() as tmp, \
+                edited_source("kernel/mm.tensorcore_mm.diff",
+                              "     if use_native_matmul(mat1, mat2):\n         mat1 = lowerings[aten.unsqueeze](mat1, -1)",
+                              "     if use_native_matmul(mat1, mat2, drifted):\n         mat1 = lowerings[aten.unsqueeze](mat1, -1)"):
+            with self.assertRaisesRegex(export_patches.ExportError, r"mm\.tensorcore_mm\.diff does not apply"):
+                self.export(pathlib.Path(tmp), "x")
 
-        overlay = Overlay(name="x", purpose="x", validated={}, modules=("torch_overlay._inductor.x",),
-                          hooks=(Hook(owner="torch._inductor.scheduler.Scheduler", attr="flush",
-                                      build=lambda original: original),))
-        with self.assertRaisesRegex(export_patches.ExportError, "lambda or closure"):
-            export_patches.activation(overlay)
+    def test_patch_has_the_hunks_of_the_diff(self):
+        # two lines of context instead of git's three: git applies it, but would write
+        # the edit as another hunk, so the patch would not carry the .diff's hunk
+        with tempfile.TemporaryDirectory() as tmp, \
+                edited_source("config.gelu_add.diff",
+                              "@@ -275,6 +275,11 @@", "@@ -276,4 +276,9 @@",
+                              " # set to True to enable the back-to-back GEMM pass\n", "",
+                              " # only applied before/after pattern_matcher in post_grad_passes.\n #\n",
+                              " # only applied before/after pattern_matcher in post_grad_passes.\n"):
+            with self.assertRaisesRegex(export_patches.ExportError, "config.gelu_add.diff applies, but git "
+                                        "writes the edit of torch/_inductor/config.py as other hunks"):
+                self.export(pathlib.Path(tmp), "x")
+
+    def test_series_shape(self):
+        patches = committed_series()
+        self.assertEqual(len(patches), 3)
+        for name, patch in zip(NAMES, patches):
+            with self.subTest(patch=patch.name):
+                text = patch.read_text()
+                self.assertIn(f"Subject: [PATCH] [inductor] {name}: ", text)
+                parsed = export_patches.parse_diff(text)
+                # each patch declares its feature's flag in config.py
+                self.assertIn("torch/_inductor/config.py", parsed)
+                self.assertTrue(parsed["torch/_inductor/config.py"].added)
+                added = [(path, line) for path, fp in parsed.items() for line in fp.added.values()]
+                self.assertEqual([(p, l) for p, l in added if "torch_overlay" in l], [])
+                self.assertIn(f"test/inductor/test_{name}.py", parsed)
+
+    def test_exported_tests_are_byte_identical(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            tree = export_patches.pristine_tree(pathlib.Path(tmp) / "tree")
+            export_patches.apply_series(tree, export_patches.PATCHES)
+            exported = sorted((tree / "test" / "inductor").glob("test_*.py"))
+            self.assertEqual([p.name for p in exported], sorted(f"test_{n}.py" for n in NAMES))
+            for path in exported:
+                with self.subTest(test=path.name):
+                    self.assertEqual(path.read_bytes(), (REPO / "test" / path.name).read_bytes())
+            # and every new module is the overlay's file, byte for byte
+            for overlay in export_patches.collect():
+                for upstream, source in overlay.files.items():
+                    self.assertEqual((tree / upstream).read_bytes(), source.read_bytes(), upstream)
+
+    def test_top_level_reassignment_is_found(self):
+        source = (
+            "import torch\n"
+            "from torch._inductor.scheduler import Scheduler\n"
+            "from torch._inductor.lowering import lowerings\n"
+            "class Mine:\n"
+            "    x = 1\n"
+            "Mine.y = 2\n"
+            "torch._inductor.lowering.lowerings[torch.ops.aten.mm.default] = None\n"
+            "Scheduler.x = None\n"
+            "if True:\n"
+            "    lowerings[\n"
+            "        torch.ops.aten.bmm.default\n"
+            "    ] = None\n"
+            "setattr(Scheduler, 'y', None)\n"
+            "def f():\n"
+            "    Scheduler.z = None\n"
+            "table = {}\n"
+        )
+        hits = export_patches.top_level_reassignments(source, set(range(1, 17)), True, "new.py")
+        self.assertEqual([h.split(":")[1] for h in hits], ["7", "8", "10", "13"])
+        # in an upstream file, its own classes are upstream objects too
+        hits = export_patches.top_level_reassignments(source, {6}, False, "torch/_inductor/x.py")
+        self.assertEqual(len(hits), 1)
+        # only added lines count
+        self.assertEqual(export_patches.top_level_reassignments(source, {1, 2, 16}, True, "new.py"), [])
 
     def test_series_applies_and_compiles(self):
         out = io.StringIO()
@@ -103,8 +180,8 @@ class TestExportPatches(TestCase):
         self.assertIn("applies and byte-compiles", out.getvalue())
 
     @unittest.skipUnless(os.environ.get("TORCH_OVERLAY_EXPORT_GOLDENS") == "1",
-                         "the golden run is the CI step `python tools/export_patches.py --check`")
-    def test_patched_torch_reproduces_goldens(self):
+                         "the test runs are the CI step `python tools/export_patches.py --check`")
+    def test_patched_passes_pristine_fails(self):
         self.assertEqual(export_patches.check(run_tests=True), 0)
 
 

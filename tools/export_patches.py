@@ -2,36 +2,36 @@
 """Export the overlays as a ``git format-patch`` series for an upstream PyTorch PR.
 
     python tools/export_patches.py               # write patches/ (series, pin)
-    python tools/export_patches.py --check       # CI: the series applies, compiles,
-                                                 # reproduces the goldens, is not stale
+    python tools/export_patches.py --check       # CI: the series is not stale, applies,
+                                                 # compiles, passes its tests patched and
+                                                 # fails them pristine
     python tools/export_patches.py --upstream PATH   # try the series on a pytorch checkout
 
-One source of truth: everything in a patch is derived from the overlay code.
+A patch is the overlay's own files, as they are; nothing is generated or rewritten. Per
+overlay (``torch_overlay.OVERLAYS``, in series order), on top of the previous patches, in
+a git tree of the pristine ``torch/_inductor`` of the installed torch (patches/UPSTREAM_PIN):
 
-- New files: each module an ``Overlay`` declares in ``modules`` (and a kernel
-  template next to it) at its upstream path (``torch_overlay/_inductor/X`` ->
-  ``torch/_inductor/X``), ``torch_overlay._inductor.`` rewritten to
-  ``torch._inductor.``, and the overlay declaration removed by AST: top-level
-  statements that use ``REGISTRY`` / ``Overlay`` / ``Hook`` or import
-  ``torch_overlay._registry``, then top-level assignments only those used. A
-  function that asks the registry whether the overlay is on is kept with the body
-  its ``# upstream: <expr>`` comment gives (``return <expr>``).
-- Activation: from the same ``Hook`` declarations the registry patches with, one
-  line ``<owner> = <module>.<build>(<owner>)`` per patching hook, appended to
-  ``torch/_inductor/compile_fx.py`` (imported after everything the hooks touch);
-  ``Hook.depends_on`` hooks generate nothing. Post-grad passes become call sites in
-  ``fx_passes/post_grad.py``'s ``post_grad_passes``, just before the point where the
-  runtime runs them (``config.post_grad_custom_pre_pass`` /
-  ``post_grad_custom_post_pass``).
-- Tests: ``test/test_<name>.py`` -> ``test/inductor/test_<name>.py`` and the expect
-  files of its classes -> ``test/inductor/expect/``.
+- Edits of existing upstream files: ``git apply`` of each of its
+  ``torch_overlay/_inductor/**/<stem>.<overlay>.diff`` (``Overlay.edit_files``), so the
+  patch's hunks are git's own output of the same edit (the export checks that they are
+  the very hunks of the ``.diff``). Its ``config.<overlay>.diff`` declares its flag in
+  ``torch/_inductor/config.py``.
+- New upstream modules: each of ``Overlay.modules`` (``kernel.mm_tensorcore`` is
+  ``torch_overlay/_inductor/kernel/mm_tensorcore.py``) copied byte for byte to
+  ``torch/_inductor/kernel/mm_tensorcore.py``, with each ``templates/*.jinja`` beside it
+  that the module names (``load_template("<stem>", ...)``).
+- Tests: ``test/test_<name>.py`` -> ``test/inductor/test_<name>.py`` and the expect files
+  of its test classes -> ``test/inductor/expect/``, byte for byte.
+- Commit message: ``patches/<name>.md`` (the subject ``[inductor] <name>: ...``, a blank
+  line, the body), written by hand: the PR text lives there, not in the modules.
+
+then ``git format-patch`` of the commits.
 """
 from __future__ import annotations
 
 import argparse
 import ast
 import dataclasses
-import functools
 import os
 import pathlib
 import re
@@ -40,18 +40,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Iterable
+from typing import Iterable
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 PATCHES = REPO / "patches"
 PACKAGE = REPO / "torch_overlay"
-HOST = "torch/_inductor/compile_fx.py"  # where activation lines go
-POST_GRAD = "torch/_inductor/fx_passes/post_grad.py"
-PASS_ANCHORS = {
-    "pre": "if post_grad_custom_pre_pass := config.post_grad_custom_pre_pass:",
-    "post": "if post_grad_custom_post_pass := config.post_grad_custom_post_pass:",
-}
-DECLARATION_NAMES = {"REGISTRY", "Overlay", "Hook"}
+OVERLAY_ROOT = PACKAGE / "_inductor"  # mirrors torch/_inductor
+CONFIG = "torch/_inductor/config.py"
+GENERATED = ("series", "UPSTREAM_PIN")  # besides *.patch; patches/*.md are inputs
 # fixed identity and dates: the series is byte-for-byte reproducible
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "torch_overlay export",
@@ -63,11 +59,7 @@ GIT_ENV = {
     "GIT_CONFIG_NOSYSTEM": "1",
     "GIT_CONFIG_GLOBAL": os.devnull,
 }
-TEST_HARNESS_NOTE = (
-    "The tests import torch_overlay.testing (a GPU-free CUDA codegen harness and the\n"
-    "GoldenMixin expect-file helper): a test dependency of this series that upstream\n"
-    "would replace with requires_gpu + run_and_get_code."
-)
+FORBIDDEN = "torch_overlay"  # no added line of the series may name it
 
 
 class ExportError(RuntimeError):
@@ -83,6 +75,18 @@ def git(cwd: pathlib.Path, *args: str, check: bool = True, input: str | None = N
     return proc
 
 
+def read_source(path: pathlib.Path) -> bytes:
+    """The one place the export reads an overlay's files (tests substitute it)."""
+    return path.read_bytes()
+
+
+def rel(path: pathlib.Path) -> str:
+    try:
+        return str(path.relative_to(REPO))
+    except ValueError:
+        return str(path)
+
+
 # ---------------------------------------------------------------------------
 # The overlays, from the registry
 
@@ -90,15 +94,13 @@ def git(cwd: pathlib.Path, *args: str, check: bool = True, input: str | None = N
 @dataclasses.dataclass
 class OverlayExport:
     name: str
-    purpose: str
-    pr_body: str
+    flag: str                      # its torch._inductor.config flag
     requires: tuple[str, ...]
-    files: dict[str, str]          # upstream path -> content (new files)
-    activation: list[str]          # lines for compile_fx.py
-    imports: list[str]             # import lines the activation needs
-    passes: dict[str, list[tuple[str, str]]]  # stage -> [(module, function)]
-    tests: dict[str, str]          # upstream path -> content
-    golden_ids: list[str]          # pytest node ids (repo-relative) of the golden tests
+    diffs: list[pathlib.Path]      # .diff files, applied in this order
+    files: dict[str, pathlib.Path]  # upstream path -> source file (new modules, templates)
+    tests: dict[str, pathlib.Path]  # upstream path -> source file (test, expect files)
+    golden_ids: list[str]          # pytest node ids (tree-relative) of its golden tests
+    message: pathlib.Path          # patches/<name>.md
 
 
 def load_registry():
@@ -106,252 +108,43 @@ def load_registry():
     import torch_overlay
     from torch_overlay._registry import REGISTRY
 
-    torch_overlay.load_overlays()
     return torch_overlay, REGISTRY
 
 
 def ordered_names() -> list[str]:
-    """Registry order (OVERLAY_MODULES) with each overlay after what it requires."""
-    _, registry = load_registry()
-    return registry.with_requirements(registry.names)
+    """Series order (torch_overlay.OVERLAYS) with each overlay after what it requires."""
+    torch_overlay, registry = load_registry()
+    return registry.with_requirements([o.name for o in torch_overlay.OVERLAYS])
 
 
-def upstream_path(module: str) -> str:
-    prefix = "torch_overlay._inductor."
-    if not module.startswith(prefix):
-        raise ExportError(f"overlay module {module} is not under torch_overlay._inductor: "
-                          "it has no upstream path")
-    return "torch/_inductor/" + module[len(prefix):].replace(".", "/") + ".py"
+def module_files(module: str) -> tuple[str, pathlib.Path]:
+    """(upstream path, overlay file) of a new module named relative to torch._inductor."""
+    parts = module.split(".")
+    return ("torch/_inductor/" + "/".join(parts) + ".py",
+            OVERLAY_ROOT.joinpath(*parts).with_suffix(".py"))
 
 
-def module_file(module: str) -> pathlib.Path:
-    return REPO / (module.replace(".", "/") + ".py")
+def templates_loaded(source: pathlib.Path, text: str) -> list[pathlib.Path]:
+    """The ``templates/*.jinja`` beside ``source`` that it names (load_template("<stem>"))."""
+    templates = source.parent / "templates"
+    if not templates.is_dir():
+        return []
+    return [tpl for tpl in sorted(templates.glob("*.jinja"))
+            if re.search(rf"['\"]{re.escape(tpl.name.split('.')[0])}['\"]", text)]
 
 
-# -- the declaration, stripped by AST ------------------------------------------
-
-
-def _names_used(node: ast.AST) -> set[str]:
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
-
-
-def _defined(node: ast.stmt) -> set[str]:
-    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-        return {node.name}
-    if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-        return {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
-    if isinstance(node, (ast.Import, ast.ImportFrom)):
-        return {(a.asname or a.name).split(".")[0] for a in node.names}
-    return set()
-
-
-def _is_registry_import(node: ast.stmt) -> bool:
-    if isinstance(node, ast.ImportFrom):
-        return (node.module or "").endswith("_registry") and (
-            node.level > 0 or (node.module or "").startswith("torch_overlay"))
-    if isinstance(node, ast.Import):
-        return any(a.name.startswith("torch_overlay._registry") for a in node.names)
-    return False
-
-
-def strip_declaration(source: str, filename: str) -> str:
-    """The module without the overlay declaration (see the module docstring)."""
-    tree = ast.parse(source, filename)
-    lines = source.splitlines(keepends=True)
-    body = tree.body
-    removed: set[int] = set()
-    replaced: dict[int, str] = {}
-    for i, node in enumerate(body):
-        if _is_registry_import(node):
-            removed.add(i)
-        elif _names_used(node) & DECLARATION_NAMES:
-            upstream = None
-            if isinstance(node, ast.FunctionDef):
-                for sub in ast.walk(node):
-                    if isinstance(sub, ast.Return):
-                        m = re.search(r"#\s*upstream:\s*(.+?)\s*$", lines[sub.end_lineno - 1])
-                        if m:
-                            upstream = (sub, m.group(1))
-            if upstream is not None:
-                ret, expr = upstream
-                indent = re.match(r"\s*", lines[ret.lineno - 1]).group(0)
-                replaced[i] = (ret.lineno, ret.end_lineno, f"{indent}return {expr}\n")
-            else:
-                removed.add(i)
-    # then data only the removed statements used (a table of upstream names, say);
-    # functions stay: the activation lines call the hooks' build functions
-    changed = True
-    while changed:
-        changed = False
-        for i, node in enumerate(body):
-            if i in removed or not isinstance(node, (ast.Assign, ast.AnnAssign)):
-                continue
-            names = _defined(node)
-            used_by_removed = any(names & _names_used(body[j]) for j in removed)
-            used_by_kept = any(names & _names_used(body[j]) for j in range(len(body))
-                               if j != i and j not in removed)
-            if names and used_by_removed and not used_by_kept:
-                removed.add(i)
-                changed = True
-    # a removed name that kept code still uses cannot be exported
-    kept_use = set()
-    for i, node in enumerate(body):
-        if i not in removed and i not in replaced:  # a replaced body no longer asks
-            kept_use |= _names_used(node)
-    for i in removed:
-        missing = _defined(body[i]) & kept_use
-        missing -= {n for j, b in enumerate(body) if j not in removed for n in _defined(b)}
-        if missing:
-            raise ExportError(f"{filename}: the declaration defines {sorted(missing)}, which code "
-                              "that goes upstream uses; move it out of the declaration")
-    out = list(lines)
-    drop: set[int] = set()
-    for i in removed:
-        node = body[i]
-        start = min([d.lineno for d in getattr(node, "decorator_list", [])] + [node.lineno])
-        drop.update(range(start - 1, node.end_lineno))
-    for i, (lo, hi, text) in replaced.items():
-        out[lo - 1] = text
-        drop.update(range(lo, hi))
-    result = "".join(l for k, l in enumerate(out) if k not in drop)
-    # comment-only section headers left dangling and runs of blank lines
-    result = re.sub(r"\n(# -{10,}\n# Declaration\n)+", "\n", result)
-    result = re.sub(r"\n{3,}", "\n\n\n", result).rstrip("\n") + "\n"
-    ast.parse(result, filename)
-    return result
-
-
-def rewrite_imports(source: str, filename: str) -> str:
-    source = source.replace("torch_overlay._inductor.", "torch._inductor.")
-    tree = ast.parse(source, filename)
-    for node in ast.walk(tree):
-        bad = None
-        if isinstance(node, ast.ImportFrom):
-            if node.level == 0 and (node.module or "").startswith("torch_overlay"):
-                bad = node.module
-            elif node.level > 0:
-                # the package it names: torch._inductor or below, else torch_overlay's own
-                if len(pathlib.PurePosixPath(filename).parts) - node.level < 2:
-                    bad = "." * node.level + (node.module or "")
-        elif isinstance(node, ast.Import):
-            bad = next((a.name for a in node.names if a.name.startswith("torch_overlay")), None)
-        if bad:
-            raise ExportError(f"{filename}:{node.lineno}: imports {bad} from torch_overlay outside "
-                              "_inductor, which cannot go upstream")
-    return source
-
-
-def export_module(module: str) -> tuple[str, str]:
-    path = upstream_path(module)
-    source = module_file(module).read_text()
-    return path, rewrite_imports(strip_declaration(source, path), path)
-
-
-# -- activation, from the Hook declarations ------------------------------------
-
-
-def _owner_expr(owner: str, imports: list[str]) -> str:
-    import importlib
-
-    parts = owner.split(".")
-    for i in range(len(parts), 0, -1):
-        mod = ".".join(parts[:i])
-        try:
-            importlib.import_module(mod)
-        except ImportError:
-            continue
-        if upstream_file(mod) == HOST:
-            return ".".join(parts[i:])  # a global of compile_fx itself
-        line = f"import {mod}"
-        if line not in imports:
-            imports.append(line)
-        return owner
-    raise ExportError(f"cannot resolve owner {owner}")
-
-
-def upstream_file(module: str) -> str:
-    return module.replace(".", "/") + ".py"
-
-
-def _value_expr(value: Any, hook: Any) -> str:
-    if hook.key is not None and value is hook.key():
-        return _key_expr(hook)
-    raise ExportError(f"hook {hook.target}: build argument {value!r} has no source expression")
-
-
-def _key_expr(hook: Any) -> str:
-    import torch
-
-    expr = f"torch.ops.{hook.key_repr}"
-    obj = eval(expr, {"torch": torch})
-    if obj is not hook.key():
-        raise ExportError(f"hook {hook.target}: key_repr {hook.key_repr} is not its key")
-    return expr
-
-
-def _callable_name(fn: Any, hook: Any, alias: dict[str, str]) -> tuple[str, list[str]]:
-    """(dotted name of the build function in the exported code, leading args)."""
-    args: list[str] = []
-    if isinstance(fn, functools.partial):
-        if fn.keywords:
-            raise ExportError(f"hook {hook.target}: keyword arguments of a partial build")
-        args = [_value_expr(a, hook) for a in fn.args]
-        fn = fn.func
-    name, module = getattr(fn, "__qualname__", ""), getattr(fn, "__module__", "")
-    if "<" in name or "." in name or module not in alias:
-        raise ExportError(
-            f"hook {hook.target}: build {name or fn!r} is not a module-level function of an "
-            "overlay module (a lambda or closure cannot be named in the exported edit): make "
-            "it one, or a functools.partial of one")
-    return f"{alias[module]}.{name}", args
-
-
-def activation(overlay: Any) -> tuple[list[str], list[str], dict[str, list[tuple[str, str]]]]:
-    alias = {m: "_" + m.rsplit(".", 1)[1] for m in overlay.modules}
-    imports: list[str] = []
-    lines: list[str] = []
-    for hook in overlay.hooks:
-        if not hook.patches:
-            continue  # Hook.depends_on: fingerprint only
-        owner = _owner_expr(hook.owner, imports)
-        target = f"{owner}[{_key_expr(hook)}]" if hook.key is not None else (
-            f"{owner}.{hook.attr}" if owner else hook.attr)
-        fn, args = _callable_name(hook.build, hook, alias)
-        lines.append(f"{target} = {fn}({', '.join(args + [target])})")
-    used = {a for a in alias.values() if any(l.split(" = ", 1)[1].startswith(a + ".") for l in lines)}
-    for module, a in alias.items():
-        if a in used:
-            pkg, _, leaf = module.replace("torch_overlay._inductor.", "torch._inductor.").rpartition(".")
-            imports.insert(0, f"from {pkg} import {leaf} as {a}")
-    passes: dict[str, list[tuple[str, str]]] = {"pre": [], "post": []}
-    for stage, field in (("pre", "post_grad_pre_passes"), ("post", "post_grad_post_passes")):
-        for fn in getattr(overlay, field):
-            if fn.__module__ not in alias or "." in fn.__qualname__ or "<" in fn.__qualname__:
-                raise ExportError(f"overlay {overlay.name}: pass {fn!r} is not a module-level "
-                                  "function of an overlay module")
-            passes[stage].append((fn.__module__.replace("torch_overlay._inductor.", "torch._inductor."),
-                                  fn.__qualname__))
-    return imports, lines, passes
-
-
-# -- tests ---------------------------------------------------------------------
-
-
-def overlay_tests(name: str) -> tuple[dict[str, str], list[str]]:
+def overlay_tests(name: str) -> tuple[dict[str, pathlib.Path], list[str]]:
     test = REPO / "test" / f"test_{name}.py"
     if not test.exists():
-        raise ExportError(f"overlay {name}: no test file {test.relative_to(REPO)}")
-    tree = ast.parse(test.read_text())
+        raise ExportError(f"overlay {name}: no test file {rel(test)}")
+    tree = ast.parse(read_source(test).decode())
     classes = {n.name for n in tree.body if isinstance(n, ast.ClassDef)}
-    files = {f"test/inductor/test_{name}.py": test.read_text()}
+    files = {f"test/inductor/test_{name}.py": test}
     golden: list[str] = []
     for expect in sorted((REPO / "test" / "expect").glob("*.expect")):
         cls, _, rest = expect.name.partition(".")
         if cls in classes:
-            # FX graph comments name the overlay's module: the same mechanical rewrite
-            files[f"test/inductor/expect/{expect.name}"] = expect.read_text().replace(
-                "torch_overlay._inductor.", "torch._inductor.")
+            files[f"test/inductor/expect/{expect.name}"] = expect
             test_name = rest[: -len(".expect")].split("-")[0]
             node = f"test/inductor/test_{name}.py::{cls}::{test_name}"
             if node not in golden:
@@ -364,21 +157,93 @@ def collect() -> list[OverlayExport]:
     out = []
     for name in ordered_names():
         overlay = registry.get(name)
-        files: dict[str, str] = {}
+        files: dict[str, pathlib.Path] = {}
         for module in overlay.modules:
-            path, text = export_module(module)
-            files[path] = text
-            # a kernel template the module loads by name (load_template("<stem>", ...))
-            templates = module_file(module).parent / "templates"
-            for tpl in sorted(templates.glob("*.jinja")) if templates.is_dir() else ():
-                stem = tpl.name.split(".")[0]
-                if re.search(rf"['\"]{stem}['\"]", module_file(module).read_text()):
-                    files[str(pathlib.PurePosixPath(path).parent / "templates" / tpl.name)] = tpl.read_text()
-        imports, lines, passes = activation(overlay)
+            path, source = module_files(module)
+            if not source.exists():
+                raise ExportError(f"overlay {name}: module {module} has no file {rel(source)}")
+            files[path] = source
+            for tpl in templates_loaded(source, read_source(source).decode()):
+                files[str(pathlib.PurePosixPath(path).parent / "templates" / tpl.name)] = tpl
         tests, golden = overlay_tests(name)
-        out.append(OverlayExport(name, overlay.purpose, overlay.pr_body, overlay.requires, files,
-                                 lines, imports, passes, tests, golden))
+        out.append(OverlayExport(name, overlay.flag, tuple(overlay.requires), list(overlay.edit_files),
+                                 files, tests, golden, PATCHES / f"{name}.md"))
     return out
+
+
+# ---------------------------------------------------------------------------
+# Unified diffs: hunks and added lines
+
+
+@dataclasses.dataclass
+class FilePatch:
+    path: str                       # b/ path
+    new_file: bool
+    hunks: list[tuple[str, ...]]    # each hunk's lines, with their ' ', '-', '+' prefixes
+    added: dict[int, str]           # line number in the new file -> added text
+
+
+_HUNK = re.compile(r"^@@ -\d+(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+
+
+def parse_diff(text: str) -> dict[str, FilePatch]:
+    """The files of a unified diff (a .diff file or a git patch), by their b/ path."""
+    files: dict[str, FilePatch] = {}
+    lines = text.splitlines()
+    i, current, new_file = 0, None, False
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("diff --git "):
+            current, new_file = None, False
+        elif line.startswith("new file mode"):
+            new_file = True
+        elif line.startswith("--- ") and i + 1 < len(lines) and lines[i + 1].startswith("+++ "):
+            new_file = new_file or line[4:].strip() == "/dev/null"
+            path = lines[i + 1][4:].strip().split("\t")[0].removeprefix("b/")
+            current = files.setdefault(path, FilePatch(path, new_file, [], {}))
+            i += 2
+            continue
+        elif (m := _HUNK.match(line)) and current is not None:
+            old_left = int(m.group(1)) if m.group(1) is not None else 1
+            new_no = int(m.group(2))
+            new_left = int(m.group(3)) if m.group(3) is not None else 1
+            hunk: list[str] = []
+            i += 1
+            while i < len(lines) and (old_left > 0 or new_left > 0):
+                body = lines[i] if lines[i] else " "  # an empty context line stripped of its space
+                kind = body[0]
+                if kind == "\\":  # "\ No newline at end of file"
+                    i += 1
+                    continue
+                if kind not in " +-":
+                    break
+                hunk.append(body)
+                if kind in " -":
+                    old_left -= 1
+                if kind in " +":
+                    if kind == "+":
+                        current.added[new_no] = body[1:]
+                    new_no += 1
+                    new_left -= 1
+                i += 1
+            current.hunks.append(tuple(hunk))
+            continue
+        i += 1
+    return files
+
+
+def check_same_hunks(overlay: OverlayExport, patch: pathlib.Path) -> None:
+    """Each hunk of the overlay's .diff files is a hunk of its patch, line for line."""
+    made = parse_diff(patch.read_text())
+    for diff in overlay.diffs:
+        for path, fp in parse_diff(read_source(diff).decode()).items():
+            have = made.get(path)
+            for hunk in fp.hunks:
+                if have is None or hunk not in have.hunks:
+                    raise ExportError(
+                        f"overlay {overlay.name}: {rel(diff)} applies, but git writes the edit of "
+                        f"{path} as other hunks (context or hunk bounds differ): regenerate the "
+                        ".diff with `git diff` against pristine torch")
 
 
 # ---------------------------------------------------------------------------
@@ -413,50 +278,29 @@ def pristine_tree(dest: pathlib.Path) -> pathlib.Path:
     return dest
 
 
-def _insert_pass_calls(text: str, overlay: OverlayExport) -> str:
-    for stage, calls in overlay.passes.items():
-        if not calls:
-            continue
-        anchor = PASS_ANCHORS[stage]
-        if text.count(anchor) != 1:
-            raise ExportError(f"{POST_GRAD}: the anchor {anchor!r} is not there exactly once")
-        at = text.index(anchor)
-        line_start = text.rindex("\n", 0, at) + 1
-        indent = text[line_start:at]
-        block = [f"{indent}# {overlay.name}: {overlay.purpose}"]
-        for module, fn in calls:
-            block.append(f"{indent}from {module} import {fn}")
-            block.append("")
-            block.append(f'{indent}GraphTransformObserver(gm, "{fn}").apply_graph_pass({fn})')
-        text = text[:line_start] + "\n".join(block) + "\n\n" + text[line_start:]
-    return text
+def commit_message(overlay: OverlayExport) -> str:
+    if not overlay.message.exists():
+        raise ExportError(f"overlay {overlay.name}: no commit message {rel(overlay.message)} (the "
+                          f"subject '[inductor] {overlay.name}: ...', a blank line, the PR body)")
+    text = read_source(overlay.message).decode()
+    lines = text.rstrip("\n").split("\n")
+    if (not lines[0].startswith(f"[inductor] {overlay.name}: ") or len(lines) < 3
+            or lines[1].strip() or not "".join(lines[2:]).strip()):
+        raise ExportError(f"{rel(overlay.message)}: the first line must be the subject "
+                          f"'[inductor] {overlay.name}: ...', then a blank line, then the body")
+    return text.rstrip("\n") + "\n"
 
 
-def _append_activation(text: str, overlay: OverlayExport) -> str:
-    if not overlay.activation:
-        return text
-    block = ["", "",
-             f"# {overlay.name}: {overlay.purpose}",
-             *(f"{line}  # noqa: E402" for line in overlay.imports),
-             "",
-             *overlay.activation]
-    return text.rstrip("\n") + "\n" + "\n".join(block) + "\n"
-
-
-def commit_message(overlay: OverlayExport, info: dict[str, str]) -> str:
-    body = overlay.pr_body.strip() or "(no pr_body declared for this overlay)"
-    parts = [f"[inductor] {overlay.name}: {overlay.purpose}", "", body, ""]
-    if overlay.requires:
-        parts += [f"Requires: {', '.join(overlay.requires)} (earlier in this series).", ""]
-    parts += ["New files: " + ", ".join(sorted(overlay.files)) + ".",
-              "Activation: " + (f"{len(overlay.activation)} line(s) at the end of {HOST}"
-                                if overlay.activation else "none in compile_fx.py")
-              + ("; call sites in post_grad_passes" if any(overlay.passes.values()) else "")
-              + ".", "",
-              TEST_HARNESS_NOTE, "",
-              f"Exported by tools/export_patches.py from torch_overlay, against torch "
-              f"{info['torch']} ({info['git_version']})."]
-    return "\n".join(parts) + "\n"
+def _apply_diff(repo: pathlib.Path, overlay: OverlayExport, diff: pathlib.Path,
+                staging: pathlib.Path, info: dict[str, str]) -> None:
+    staged = staging / overlay.name / diff.name
+    staged.parent.mkdir(parents=True, exist_ok=True)
+    staged.write_bytes(read_source(diff))
+    proc = git(repo, "apply", "--whitespace=nowarn", "-v", str(staged), check=False)
+    if proc.returncode != 0:
+        raise ExportError(f"overlay {overlay.name}: {rel(diff)} does not apply to the pristine "
+                          f"torch/_inductor of torch {info['torch']} with the earlier patches:\n"
+                          + _hunk_report(proc.stderr))
 
 
 def build_series(out_dir: pathlib.Path, work: pathlib.Path) -> list[str]:
@@ -465,25 +309,27 @@ def build_series(out_dir: pathlib.Path, work: pathlib.Path) -> list[str]:
     overlays = collect()
     repo = pristine_tree(work / "tree")
     for overlay in overlays:
-        for path, text in {**overlay.files, **overlay.tests}.items():
+        for diff in overlay.diffs:
+            _apply_diff(repo, overlay, diff, work / "diffs", info)
+        for path, source in {**overlay.files, **overlay.tests}.items():
             target = repo / path
             if target.exists():
-                raise ExportError(f"overlay {overlay.name}: {path} exists upstream; an overlay "
-                                  "module must be a new file")
+                raise ExportError(f"overlay {overlay.name}: {path} exists upstream; change an "
+                                  "existing file by a .diff, add only new files")
             target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(text)
-        host = repo / HOST
-        host.write_text(_append_activation(host.read_text(), overlay))
-        post_grad = repo / POST_GRAD
-        post_grad.write_text(_insert_pass_calls(post_grad.read_text(), overlay))
+            target.write_bytes(read_source(source))
         git(repo, "add", "-A")
-        git(repo, "commit", "-q", "-F", "-", input=commit_message(overlay, info))
+        git(repo, "commit", "-q", "--cleanup=whitespace", "-F", "-", input=commit_message(overlay))
     out_dir.mkdir(parents=True, exist_ok=True)
     for old in out_dir.glob("*.patch"):
         old.unlink()
-    proc = git(repo, "format-patch", "-q", "--zero-commit", "--no-signature", "--no-numbered",
-               "-o", str(out_dir), "HEAD~%d" % len(overlays))
+    git(repo, "format-patch", "-q", "--zero-commit", "--no-signature", "--no-numbered",
+        "-o", str(out_dir), "HEAD~%d" % len(overlays))
     names = sorted(p.name for p in out_dir.glob("*.patch"))
+    if len(names) != len(overlays):
+        raise ExportError(f"format-patch wrote {len(names)} patches for {len(overlays)} overlays")
+    for overlay, name in zip(overlays, names):
+        check_same_hunks(overlay, out_dir / name)
     (out_dir / "series").write_text("".join(n + "\n" for n in names))
     (out_dir / "UPSTREAM_PIN").write_text(
         f"torch {info['torch']}\n"
@@ -504,11 +350,16 @@ def normalized(text: str) -> str:
     return _VOLATILE.sub("", text)
 
 
+def generated(d: pathlib.Path) -> list[str]:
+    if not d.exists():
+        return []
+    return sorted(p.name for p in d.iterdir() if p.name in GENERATED or p.suffix == ".patch")
+
+
 def stale(patches: pathlib.Path, fresh: pathlib.Path) -> list[str]:
     """Differences between the committed series and a fresh export ([] when none)."""
     problems = []
-    names = lambda d: sorted(p.name for p in d.iterdir() if p.name != "README.md") if d.exists() else []
-    have, want = names(patches), names(fresh)
+    have, want = generated(patches), generated(fresh)
     for n in sorted(set(want) - set(have)):
         problems.append(f"missing {n}")
     for n in sorted(set(have) - set(want)):
@@ -516,6 +367,101 @@ def stale(patches: pathlib.Path, fresh: pathlib.Path) -> list[str]:
     for n in sorted(set(have) & set(want)):
         if normalized((patches / n).read_text()) != normalized((fresh / n).read_text()):
             problems.append(f"differs: {n}")
+    return problems
+
+
+# ---------------------------------------------------------------------------
+# What the series adds: no torch_overlay, no top-level reassignment of upstream objects
+
+
+def _import_time_statements(body: list[ast.stmt]) -> Iterable[ast.stmt]:
+    """Statements that run when the module is imported (not inside a def or class)."""
+    for node in body:
+        yield node
+        if isinstance(node, (ast.If, ast.For, ast.While, ast.With, ast.Try,
+                             getattr(ast, "TryStar", ast.Try))):
+            for field in ("body", "orelse", "finalbody"):
+                yield from _import_time_statements(getattr(node, field, []) or [])
+            for handler in getattr(node, "handlers", []):
+                yield from _import_time_statements(handler.body)
+
+
+def _targets(node: ast.stmt) -> list[ast.expr]:
+    if isinstance(node, ast.Assign):
+        found = list(node.targets)
+    elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+        found = [node.target]
+    else:
+        return []
+    out = []
+    while found:
+        t = found.pop()
+        if isinstance(t, (ast.Tuple, ast.List)):
+            found.extend(t.elts)
+        elif isinstance(t, ast.Starred):
+            found.append(t.value)
+        else:
+            out.append(t)
+    return out
+
+
+def _root(expr: ast.expr) -> str | None:
+    while isinstance(expr, (ast.Attribute, ast.Subscript)):
+        expr = expr.value
+    return expr.id if isinstance(expr, ast.Name) else None
+
+
+def top_level_reassignments(source: str, added: set[int], new_file: bool, path: str) -> list[str]:
+    """Import-time assignments, among ``added`` lines, to an attribute or item of an
+    upstream object (``lowerings[aten.mm] = ...``, ``Scheduler.x = ...``, setattr(...)).
+
+    In a file the series adds, the module's own classes and functions are not upstream.
+    """
+    tree = ast.parse(source, path)
+    own = {n.name for n in tree.body
+           if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))} if new_file else set()
+    found = []
+    for node in _import_time_statements(tree.body):
+        lines = set(range(node.lineno, (node.end_lineno or node.lineno) + 1))
+        if not lines & added:
+            continue
+        targets = [t for t in _targets(node) if isinstance(t, (ast.Attribute, ast.Subscript))]
+        if (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)
+                and isinstance(node.value.func, ast.Name) and node.value.func.id == "setattr"
+                and node.value.args):
+            targets.append(node.value.args[0])
+        for t in targets:
+            if _root(t) not in own:
+                found.append(f"{path}:{node.lineno}: {ast.get_source_segment(source, node) or ast.unparse(node)}"
+                             .split("\n")[0])
+                break
+    return found
+
+
+def audit_patch(tree: pathlib.Path, patch: pathlib.Path, overlay: OverlayExport) -> list[str]:
+    """What the patch (applied in ``tree``) must not add or must add; [] when all is well."""
+    problems = []
+    files = parse_diff(patch.read_text())
+    for path, fp in files.items():
+        for no, text in sorted(fp.added.items()):
+            if FORBIDDEN in text:
+                problems.append(f"{path}:{no}: names {FORBIDDEN}: {text.strip()[:120]}")
+        if path.endswith(".py") and fp.added:
+            try:
+                source = (tree / path).read_text()
+                problems += [f"{hit} (a top-level reassignment of an upstream object)"
+                             for hit in top_level_reassignments(source, set(fp.added), fp.new_file, path)]
+            except SyntaxError as e:
+                problems.append(f"{path}: does not parse: {e}")
+    flag = re.compile(rf"^{re.escape(overlay.flag)}\s*(:[^=]*)?=")
+    if not any(flag.match(text) for text in files.get(CONFIG, FilePatch(CONFIG, False, [], {})).added.values()):
+        problems.append(f"{CONFIG}: the patch does not declare the flag {overlay.flag}")
+    for path, source in {**overlay.tests}.items():
+        target = tree / path
+        if not target.exists():
+            problems.append(f"{path}: not in the patched tree")
+        elif target.read_bytes() != source.read_bytes():
+            problems.append(f"{path}: differs from {rel(source)} (must be byte-identical)")
     return problems
 
 
@@ -545,27 +491,29 @@ def apply_series(repo: pathlib.Path, patches: pathlib.Path, *, three_way: bool =
 def _hunk_report(git_output: str) -> str:
     lines = []
     for line in git_output.splitlines():
-        if re.search(r"error|patch failed|Hunk|does not apply|while searching|Checking patch|"
+        if re.search(r"error|patch failed|Hunk|does not apply|while searching|"
                      r"already exists|No such file|conflict|CONFLICT", line, re.I):
             lines.append("  " + line)
     return "\n".join(lines) or git_output
 
 
 def patched_torch(tree: pathlib.Path, changed: Iterable[str], dest: pathlib.Path) -> pathlib.Path:
-    """``dest/torch``: the installed torch's entries as symlinks, the changed files real."""
+    """``dest/torch``: the installed torch's entries as symlinks, the changed files real.
+
+    With nothing changed, it is the pristine torch (every entry a link)."""
     root = pathlib.Path(torch_info()["root"])
     changed = [pathlib.PurePosixPath(c) for c in changed if c.startswith("torch/")]
-    rel = {pathlib.PurePosixPath(*c.parts[1:]) for c in changed}
-    ancestors = {p for c in rel for p in c.parents if str(p) != "."}
+    rel_ = {pathlib.PurePosixPath(*c.parts[1:]) for c in changed}
+    ancestors = {p for c in rel_ for p in c.parents if str(p) != "."}
 
     def build(src: pathlib.Path, dst: pathlib.Path, prefix: pathlib.PurePosixPath) -> None:
         dst.mkdir(parents=True, exist_ok=True)
         names = {p.name for p in src.iterdir()} if src.is_dir() else set()
-        names |= {c.parts[len(prefix.parts)] for c in rel if c.parts[: len(prefix.parts)] == prefix.parts
+        names |= {c.parts[len(prefix.parts)] for c in rel_ if c.parts[: len(prefix.parts)] == prefix.parts
                   and len(c.parts) > len(prefix.parts)}
         for name in sorted(names):
             r = prefix / name
-            if r in rel:
+            if r in rel_:
                 shutil.copyfile(tree / "torch" / r, dst / name)
             elif r in ancestors:
                 build(src / name, dst / name, r)
@@ -576,24 +524,99 @@ def patched_torch(tree: pathlib.Path, changed: Iterable[str], dest: pathlib.Path
     return dest
 
 
+# A pytest plugin for the runs below. torch_overlay imports its new modules under their
+# upstream names (a meta path finder, installed when torch_overlay is imported, even
+# under TORCH_OVERLAY_DISABLE=1); the tests import torch_overlay (its testing harness), so
+# without this the overlay's files would shadow the torch copy's own. The copy under test
+# is then what every torch._inductor import finds.
+ISOLATION_PLUGIN = '''\
+"""tools/export_patches.py --check: the torch on PYTHONPATH is the one under test."""
+import sys
+
+
+def isolate():
+    try:
+        from torch_overlay import _registry
+    except ImportError:
+        return
+    finder = getattr(_registry, "UPSTREAM_MODULES", None)
+    if finder is None:
+        return
+    while finder in sys.meta_path:
+        sys.meta_path.remove(finder)
+    getattr(finder, "files", {}).clear()
+
+
+def pytest_configure(config):
+    isolate()
+'''
+PLUGIN_NAME = "_export_check_isolation"
+
+
+@dataclasses.dataclass
+class RunResult:
+    outcomes: dict[str, str]  # node id -> PASSED / FAILED / ERROR
+    summary: str              # pytest's last line
+    output: str
+    probe_error: str | None = None
+
+    def count(self, *kinds: str) -> int:
+        return sum(1 for o in self.outcomes.values() if o in kinds)
+
+
 def run_goldens(pythonpath: pathlib.Path, node_ids: list[str], cache: pathlib.Path,
-                tree: pathlib.Path = REPO) -> tuple[bool, str]:
-    """The upstream-shaped tests of the patched tree (test/inductor/), against its goldens."""
+                tree: pathlib.Path = REPO, new_modules: Iterable[str] = ()) -> RunResult:
+    """The exported tests (test/inductor/ of ``tree``) against the torch in ``pythonpath``,
+    every overlay off (TORCH_OVERLAY_DISABLE=1). A test pytest could not even collect
+    counts as ERROR."""
+    plugin_dir = cache / "plugin"
+    plugin_dir.mkdir(parents=True, exist_ok=True)
+    (plugin_dir / f"{PLUGIN_NAME}.py").write_text(ISOLATION_PLUGIN)
     env = dict(os.environ)
     env.update(TORCH_OVERLAY_DISABLE="1", PYTHONPATH=os.pathsep.join(
-        [str(pythonpath), str(REPO)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])),
-        TORCHINDUCTOR_CACHE_DIR=str(cache), PYTHONDONTWRITEBYTECODE="1")
+        [str(pythonpath), str(plugin_dir), str(REPO)]
+        + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])),
+        TORCHINDUCTOR_CACHE_DIR=str(cache / "inductor"), PYTHONDONTWRITEBYTECODE="1")
     env.pop("EXPECTTEST_ACCEPT", None)
+    modules = [m.removesuffix(".py").replace("/", ".") for m in new_modules]
     probe = subprocess.run(
-        [sys.executable, "-c", "import torch._inductor, torch._inductor.compile_fx; print(torch._inductor.__file__)"],
-        cwd=REPO, env=env, text=True, capture_output=True)
-    where = probe.stdout.strip()
-    if probe.returncode != 0 or not where.startswith(str(pythonpath)):
-        return False, f"the patched torch does not import from {pythonpath}: {where}\n{probe.stderr[-3000:]}"
+        [sys.executable, "-c",
+         f"import {PLUGIN_NAME} as p, importlib\n"
+         "import torch_overlay\n"
+         "p.isolate()\n"
+         "import torch._inductor, torch._inductor.compile_fx\n"
+         "print(torch._inductor.__file__)\n"
+         f"for m in {modules!r}:\n"
+         "    print(importlib.import_module(m).__file__)\n"],
+        cwd=tree, env=env, text=True, capture_output=True)
+    where = probe.stdout.split()
+    if probe.returncode != 0 or not where or not all(w.startswith(str(pythonpath)) for w in where):
+        return RunResult({n: "ERROR" for n in node_ids}, "probe failed", probe.stderr[-3000:],
+                         f"the torch under test does not import from {pythonpath}: {where}\n"
+                         f"{probe.stderr[-3000:]}")
+    junit = cache / "junit.xml"
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           "--show-capture=no", "--tb=short", "--rootdir", str(tree), *node_ids],
+                           "-p", PLUGIN_NAME, "--show-capture=no", "--tb=short",
+                           f"--junitxml={junit}", "--rootdir", str(tree), *node_ids],
                           cwd=tree, env=env, text=True, capture_output=True)
-    return proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+    outcomes = {n: "ERROR" for n in node_ids}  # not reported: it was not even collected
+    if junit.exists():
+        import xml.etree.ElementTree as ET
+
+        by_case = {}
+        for n in node_ids:
+            file, cls, name = n.split("::")
+            by_case[(file.removesuffix(".py").replace("/", ".") + "." + cls, name)] = n
+        for case in ET.parse(junit).iter("testcase"):
+            n = by_case.get((case.get("classname"), case.get("name")))
+            if n is None:
+                continue
+            kinds = {child.tag for child in case}
+            outcomes[n] = ("FAILED" if "failure" in kinds else "ERROR" if "error" in kinds
+                           else "SKIPPED" if "skipped" in kinds else "PASSED")
+    lines = [l for l in proc.stdout.strip().splitlines() if l.strip()]
+    summary = lines[-1].strip("= ") if lines else "(no output)"
+    return RunResult(outcomes, summary, proc.stdout[-8000:] + proc.stderr[-3000:])
 
 
 def check(run_tests: bool = True) -> int:
@@ -604,14 +627,18 @@ def check(run_tests: bool = True) -> int:
     with tempfile.TemporaryDirectory(prefix="export_check_") as tmp:
         tmp = pathlib.Path(tmp)
         # 1. stale?
-        build_series(tmp / "fresh", tmp / "work")
+        try:
+            build_series(tmp / "fresh", tmp / "work")
+        except ExportError as e:
+            print(f"the export fails: {e}", file=sys.stderr)
+            return 1
         problems = stale(PATCHES, tmp / "fresh")
         if problems:
             print("patches/ is stale against the overlay code (" + "; ".join(problems) + "): run "
                   "`python tools/export_patches.py` and commit patches/", file=sys.stderr)
             return 1
         print(f"[check] patches/ is up to date ({time.time() - t0:.0f}s)")
-        # 2. apply the committed series to a pristine tree, one prefix per overlay
+        # 2. apply the committed series to a pristine tree, one patch at a time
         tree = pristine_tree(tmp / "pristine")
         overlays = collect()
         names = [l.strip() for l in (PATCHES / "series").read_text().splitlines() if l.strip()]
@@ -619,6 +646,8 @@ def check(run_tests: bool = True) -> int:
             print("patches/series does not have one patch per overlay", file=sys.stderr)
             return 1
         ok = True
+        patched_total = {"PASSED": 0, "FAILED": 0, "ERROR": 0, "SKIPPED": 0}
+        new_modules: list[str] = []
         for i, (name, overlay) in enumerate(zip(names, overlays)):
             try:
                 single = tmp / f"one_{i}"
@@ -636,21 +665,65 @@ def check(run_tests: bool = True) -> int:
                       file=sys.stderr)
                 return 1
             print(f"[check] {name} applies and byte-compiles ({time.time() - t0:.0f}s)")
+            # 3. what it adds
+            problems = audit_patch(tree, PATCHES / name, overlay)
+            if problems:
+                ok = False
+                print(f"[check] {name}: {len(problems)} added line(s) or file(s) not fit for upstream:",
+                      file=sys.stderr)
+                for p in problems[:40]:
+                    print("  " + p, file=sys.stderr)
+                if len(problems) > 40:
+                    print(f"  ... and {len(problems) - 40} more", file=sys.stderr)
+            else:
+                print(f"[check] {name}: no added line names {FORBIDDEN} or reassigns an upstream "
+                      f"object at top level; declares {CONFIG}:{overlay.flag}; tests byte-identical")
+            new_modules += [p for p in overlay.files if p.endswith(".py")]
             if not run_tests:
                 continue
+            # 4. its tests against the patched copy, overlays off
             changed = git(tree, "diff", "--name-only", "HEAD~%d" % (i + 1), "HEAD").stdout.split()
             site = patched_torch(tree, changed, tmp / f"site_{i}")
-            passed, output = run_goldens(site, overlay.golden_ids, tmp / f"cache_{i}", tree)
-            status = "reproduced" if passed else "FAILED"
-            print(f"[check] goldens of {overlay.name} against patches 1-{i + 1}, overlays off "
-                  f"(TORCH_OVERLAY_DISABLE=1): {len(overlay.golden_ids)} tests {status} "
-                  f"({time.time() - t0:.0f}s)")
+            result = run_goldens(site, overlay.golden_ids, tmp / f"cache_{i}", tree, new_modules)
+            for kind in patched_total:
+                patched_total[kind] += result.count(kind)
+            passed = result.probe_error is None and result.count("PASSED") == len(overlay.golden_ids)
+            print(f"[check] goldens of {overlay.name} against the patched copy (patches 1-{i + 1}, "
+                  f"TORCH_OVERLAY_DISABLE=1): {result.count('PASSED')} passed, "
+                  f"{result.count('FAILED', 'ERROR')} failed, {result.count('SKIPPED')} skipped "
+                  f"of {len(overlay.golden_ids)} ({time.time() - t0:.0f}s)")
             if not passed:
-                print(output, file=sys.stderr)
                 ok = False
-    if ok:
-        print(f"[check] OK in {time.time() - t0:.0f}s")
+                print(result.probe_error or _failures(result), file=sys.stderr)
+        if run_tests:
+            # 5. the same tests against the pristine copy: each must fail
+            all_ids = [n for o in overlays for n in o.golden_ids]
+            site = patched_torch(tree, [], tmp / "site_pristine")
+            result = run_goldens(site, all_ids, tmp / "cache_pristine", tree)
+            failed = result.count("FAILED", "ERROR")
+            print(f"[check] the same {len(all_ids)} tests against the pristine copy (torch "
+                  f"{torch_info()['torch']}, TORCH_OVERLAY_DISABLE=1): {failed} failed, "
+                  f"{result.count('PASSED')} passed, {result.count('SKIPPED')} skipped "
+                  f"({time.time() - t0:.0f}s)")
+            if result.probe_error:
+                ok = False
+                print(result.probe_error, file=sys.stderr)
+            elif failed != len(all_ids):
+                ok = False
+                print("[check] these pass (or skip) without the series, so they do not test it:\n  "
+                      + "\n  ".join(n for n, o in result.outcomes.items() if o not in ("FAILED", "ERROR")),
+                      file=sys.stderr)
+            print(f"[check] counts of the {len(all_ids)} exported golden tests: patched copy "
+                  f"{patched_total['PASSED']} passed, {patched_total['FAILED'] + patched_total['ERROR']} "
+                  f"failed; pristine copy {failed} failed, {result.count('PASSED')} passed")
+    print(f"[check] {'OK' if ok else 'FAILED'} in {time.time() - t0:.0f}s")
     return 0 if ok else 1
+
+
+def _failures(result: RunResult) -> str:
+    bad = [n for n, o in result.outcomes.items() if o != "PASSED"]
+    return ("not passing: " + ", ".join(f"{n} ({result.outcomes[n]})" for n in bad)
+            + f"\npytest: {result.summary}\n" + result.output)
 
 
 # ---------------------------------------------------------------------------
@@ -698,8 +771,9 @@ def try_upstream(path: pathlib.Path) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true",
-                        help="fail if patches/ is stale, does not apply, compile or reproduce the goldens")
-    parser.add_argument("--no-tests", action="store_true", help="with --check: skip the golden run")
+                        help="fail if patches/ is stale, does not apply or compile, adds what "
+                             "upstream cannot take, or its tests do not pass patched and fail pristine")
+    parser.add_argument("--no-tests", action="store_true", help="with --check: skip the test runs")
     parser.add_argument("--upstream", type=pathlib.Path, metavar="PATH",
                         help="report how the series applies to a pytorch checkout (left untouched)")
     parser.add_argument("--out", type=pathlib.Path, default=PATCHES, help="output directory")
