@@ -108,7 +108,7 @@ def guarded(label: str):
 def overlay_counts() -> dict[str, int]:
     from torch._dynamo.utils import counters
 
-    return {k: v for k, v in counters["torch_overlay"].items() if k.startswith("tensorcore_mm")}
+    return {k: v for k, v in counters["inductor"].items() if k.startswith("tensorcore_mm")}
 
 
 def path_taken(counts: dict[str, int]) -> str:
@@ -389,7 +389,7 @@ class PlanRecorder:
     """The cost model's plans, as the lowering asks for them."""
 
     def __init__(self) -> None:
-        from torch_overlay._inductor.template_heuristics import tensorcore_mm as h
+        from torch._inductor.template_heuristics import tensorcore_mm as h
 
         self.h, self.plans = h, []
         self._original = h.plan
@@ -638,7 +638,7 @@ def part_overlay_max_autotune(budget_s: float) -> None:
 
 def part_variants(budget_s: float) -> list[dict]:
     """The template forced onto alternatives, measured against the cost model."""
-    from torch_overlay._inductor.template_heuristics import tensorcore_mm as h
+    from torch._inductor.template_heuristics import tensorcore_mm as h
 
     log("\n== 4. variants: forced plans vs the cost model's predictions ==")
     T = h.TileConfig
@@ -758,7 +758,7 @@ def epilogue_values(out: torch.Tensor, eager: torch.Tensor, ref: torch.Tensor,
 
 def part_epilogue(budget_s: float) -> list[dict]:
     """gelu(F.linear(x, w, b)) + r: the cost model's choice, forced configs, stock, addmm_act."""
-    from torch_overlay._inductor.template_heuristics import tensorcore_mm as h
+    from torch._inductor.template_heuristics import tensorcore_mm as h
 
     log("\n== 5. gelu-add epilogue: gelu(F.linear(x, w, b)) + r, do_bench medians ==")
     T = h.TileConfig
@@ -890,7 +890,7 @@ def part_limits() -> None:
 
     from triton.tools.tensor_descriptor import TensorDescriptor
 
-    from torch_overlay._inductor.template_heuristics import tensorcore_mm as h
+    from torch._inductor.template_heuristics import tensorcore_mm as h
 
     log("\n== 6. limits: pure reads, decode kernel classes, M=1024 compile (do_bench medians) ==")
     fn = linear_fn()

@@ -13,7 +13,7 @@ the autocast state is off while Inductor lowers. With ``config.autocast_matmul_m
 4. ``write_matmul_comments`` writes one wrapper comment per matmul.
 5. ``set_cache_key_meta`` puts the region marks where the FX graph cache key sees them.
 
-Logging: ``TORCH_LOGS="+torch._inductor.fx_passes.matmul_meta"``, or the artifact
+Logging: ``TORCH_LOGS="+inductor"`` (debug), or the artifact
 ``matmul_meta``. Anything this cannot read leaves stock Inductor as it is (no metadata,
 never a false autocast claim), counted in ``counters["inductor"]["matmul_meta_fallback:*"]``
 and logged at debug level; ``TORCHINDUCTOR_STRICT_FALLBACKS=1`` raises instead (tests).
