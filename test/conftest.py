@@ -1,9 +1,31 @@
-"""pytest test/: the overlays enabled for the whole session, as an installed hook would.
+"""pytest test/: the overlays enabled, every feature flag at its upstream default (off).
 
-Tests switch each feature with its ``torch._inductor.config`` flag (``config.patch``),
-which the overlays declare; under ``TORCH_OVERLAY_DISABLE=1`` a patched torch declares
-them instead (tools/export_patches.py --check).
+Each test turns on the features it tests with their ``torch._inductor.config`` flags
+(``config.patch``), as upstream tests do; under ``TORCH_OVERLAY_DISABLE=1`` a torch
+patched by the series declares the same flags (tools/export_patches.py --check).
 """
+import pytest
+
 import torch_overlay
 
+# before the test modules import the new upstream modules
 torch_overlay.enable()
+
+
+def _flags_off():
+    from torch._inductor import config
+
+    return config.patch({o.flag: False for o in torch_overlay.OVERLAYS})
+
+
+@pytest.fixture(autouse=True)
+def overlays_enabled_flags_off():
+    if torch_overlay.killed():
+        yield
+        return
+    torch_overlay.enable()  # again, if a test or tool in this process disabled them
+    with _flags_off():
+        try:
+            yield
+        finally:
+            torch_overlay.enable()  # the flags must exist for the patch to put them back

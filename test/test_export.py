@@ -128,7 +128,10 @@ class TestExportPatches(TestCase):
                 self.assertIn("torch/_inductor/config.py", parsed)
                 self.assertTrue(parsed["torch/_inductor/config.py"].added)
                 added = [(path, line) for path, fp in parsed.items() for line in fp.added.values()]
-                self.assertEqual([(p, l) for p, l in added if "torch_overlay" in l], [])
+                # the code upstream merges never names the project (the tests still import
+                # its GPU-free harness: export_patches.harness_lines lists them)
+                self.assertEqual([(p, l) for p, l in added
+                                  if "torch_overlay" in l and not p.startswith("test/")], [])
                 self.assertIn(f"test/inductor/test_{name}.py", parsed)
 
     def test_exported_tests_are_byte_identical(self):

@@ -48,9 +48,7 @@ class MatmulMetaOnly:
 
     def setUp(self):
         super().setUp()
-        # another feature on the same lowerings would change the code these tests check
-        self._features = inductor_config.patch(
-            autocast_matmul_meta=True, tensorcore_mm_autocast=False, gelu_add_fusion=False)
+        self._features = inductor_config.patch(autocast_matmul_meta=True)
         self._features.__enter__()
         counters.clear()
         matmul_meta.clear_recent_matmul_metas()

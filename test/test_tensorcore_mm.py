@@ -139,7 +139,6 @@ class TensorCoreMMTestCase(GoldenMixin, TestCase):
         self._config = inductor_config.patch(
             autocast_matmul_meta=False,
             tensorcore_mm_autocast=False,
-            gelu_add_fusion=False,
             # the GPU-free harness cannot benchmark pad_mm's padding; real GPUs pad
             # only compute-bound shapes, which the cost model leaves to the stock path
             shape_padding=False,

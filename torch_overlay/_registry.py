@@ -111,7 +111,6 @@ class Registry:
         if known is not None and known != overlay:
             raise OverlayError(f"overlay {overlay.name!r} is declared twice")
         self._overlays[overlay.name] = overlay
-        install_module_finder([overlay])
         return overlay
 
     @property
@@ -168,6 +167,9 @@ class Registry:
         """
         with self._lock:
             order = self.with_requirements(list(self._overlays) if names is None else list(names))
+            # the new modules, importable under their upstream names from now on (not under
+            # the kill switch: a torch patched by the series has its own)
+            install_module_finder(self._overlays.values())
             for name in order:
                 if name in self._enabled:
                     continue

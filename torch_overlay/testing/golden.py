@@ -24,7 +24,7 @@ VOLATILE = (
     (re.compile(r"'backend_hash': '[0-9A-F]{64}'"), "'backend_hash': '<backend_hash>'"),
 )
 
-GRAPH_SEPARATOR = "\n# ---- torch_overlay: next graph ----\n"
+GRAPH_SEPARATOR = "\n# ---- next graph ----\n"
 
 
 def normalize(code: str | list[str]) -> str:
