@@ -233,6 +233,16 @@ class TestModelsCommand(TestCase):
         self.assertIn("| llama-tiny | decode B=16 | 2.0000 | 2.0000 | 2.0000 | 1.00x |", text)
         self.assertIn("weight floor ms", text)
         self.assertIn("rel err vs fp64 (eager)", text)
+        # the ratios say how many times faster the overlay side is
+        modes = record["rows"]["decode B=1"]["modes"]
+        modes["overlay"]["ms"], modes["stock_freezing"]["ms"] = 1.0, 4.0
+        headers, rows = report.models_speed_table(doc)
+        line = next(r for r in rows if r[1] == "decode B=1")
+        self.assertEqual(line[headers.index("overlay / stock")], "2.00x")
+        self.assertEqual(line[headers.index("ovl frz / stock frz")], "2.00x")
+        self.assertEqual(line[headers.index("overlay / stock frz")], "4.00x")
+        floor = record["rows"]["decode B=1"]["floor_ms"]
+        self.assertEqual(line[headers.index("% floor overlay")], f"{100 * floor:.0f}%")
         summary = report.models_summary(doc)
         self.assertIn("live decode B=16", summary)
         with tempfile.TemporaryDirectory() as tmp:

@@ -542,7 +542,9 @@ def measure_model(cfg, sizes, *, overlays, force, ceilings, timer=median_ms,
         except Exception as e:  # one row's failure must not end the run
             result = {"status": "failed", "message": one_line(e)}
         stock_name = mode_name.replace("overlay", "stock")
-        if stock_name != mode_name and (name, stock_name) in outputs and name_ok(result):
+        # live rows: each side's weights took as many optimizer steps as its timing ran
+        if (stock_name != mode_name and (name, stock_name) in outputs and name_ok(result)
+                and not name.startswith("live")):
             diff = outputs[name, mode_name] - outputs[name, stock_name]
             result["maxabs_stock"] = diff.abs().max().item()
         r["modes"][mode_name] = result
@@ -919,8 +921,10 @@ def main(argv: list[str] | None = None) -> int:
             models_doc = read_json(models)
             models_plot = models.parent / MODELS_PLOT_NAME
             print(write_models_plot(models_doc, models_plot), file=sys.stderr)
+            models_notes = models.with_name("MODELS_NOTES.md")
             text += "\n" + render_models_markdown(
-                models_doc, str(models_plot) if models_plot.exists() else None)
+                models_doc, str(models_plot) if models_plot.exists() else None,
+                models_notes.read_text() if models_notes.exists() else None)
         print(text)
         return 0
     if args.budget_s is None:

@@ -248,6 +248,10 @@ sets where they fit in the 60 MB L2). *stock* is `torch.compile` with no overlay
 *overlay* the same with `torch_overlay.enable(...)`; *MA* is
 `mode="max-autotune-no-cudagraphs"`; *addmm_act* is eager
 `torch._addmm_activation(..., use_gelu=True) + r` (cuBLASLt's GELU epilogue).
+*frz* (`stock_freezing`, `overlay_freezing`): `torch._inductor.config.freezing = True`
+under `torch.no_grad()`, the case's weights held as `nn.Parameter`s of a module so that
+freezing folds them into constants (bf16 ones where autocast casts them: its bytes and
+floor still count the fp32 weights); inference cases with weights only.
 `a / b` is how many times faster *a* is than *b*. *best / floor*: the floor is the
 larger of FLOPs over the bf16 cuBLAS rate and bytes (inputs read once, outputs written
 once) over the copy bandwidth, both measured in the same run. Each mode's output is
@@ -394,17 +398,17 @@ def floor_cell(r: dict, result: dict | None) -> str:
 
 def models_speed_table(doc: dict) -> tuple[list[str], list[list[str]]]:
     headers = ["model", "row", "eager ms", "stock ms", "overlay ms", "overlay / stock",
-               "stock frz ms", "overlay frz ms", "ovl frz / stock frz", "ovl frz / stock",
+               "stock frz ms", "overlay frz ms", "ovl frz / stock frz", "overlay / stock frz",
                "weight floor ms", "% floor stock", "% floor overlay", "% floor ovl frz"]
     rows = []
     for record, r in model_rows(doc):
         m = r["modes"]
         rows.append([record["model"], r["row"], cell(m.get("eager")), cell(m.get("stock")),
                      cell(m.get("overlay")),
-                     number(speedup(m.get("overlay"), m.get("stock"))),
+                     number(speedup(m.get("stock"), m.get("overlay"))),
                      cell(m.get("stock_freezing")), cell(m.get("overlay_freezing")),
-                     number(speedup(m.get("overlay_freezing"), m.get("stock_freezing"))),
-                     number(speedup(m.get("overlay_freezing"), m.get("stock"))),
+                     number(speedup(m.get("stock_freezing"), m.get("overlay_freezing"))),
+                     number(speedup(m.get("stock_freezing"), m.get("overlay"))),
                      number(r.get("floor_ms"), "ms"), floor_cell(r, m.get("stock")),
                      floor_cell(r, m.get("overlay")), floor_cell(r, m.get("overlay_freezing"))])
     return headers, rows
@@ -487,7 +491,9 @@ a later group's compile reuses the kernels it shares with earlier ones, alike on
 what was allocated before it (weights, caches, optimizer state held from earlier rows)."""
 
 
-def render_models_markdown(doc: dict, plot_link: str | None = None) -> str:
+def render_models_markdown(doc: dict, plot_link: str | None = None,
+                           notes: str | None = None) -> str:
+    """The models section; ``notes``: a person's reading (MODELS_NOTES.md beside the JSON)."""
     env = doc.get("env", {})
     c = doc.get("ceilings") or {}
     out = ["## models: what a model gains, decode to training", "",
@@ -504,7 +510,10 @@ def render_models_markdown(doc: dict, plot_link: str | None = None) -> str:
                    + (f"{rec['param_bytes'] / 1e9:.2f} GB of fp32 parameters, a decode step "
                       f"reads {rec['decode_weight_bytes'] / 1e9:.2f} GB"
                       if "param_bytes" in rec else rec.get("message", "")))
-    out += ["", MODELS_READING, ""]
+    out += [""]
+    if notes:
+        out += [notes.strip(), ""]
+    out += ["### How to read the model tables", "", MODELS_READING, ""]
     if doc.get("models"):
         out += [markdown_table(*models_speed_table(doc)), ""]
         if plot_link:
