@@ -911,6 +911,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.report:
         doc = read_json(args.report)
+        if "models" in doc:  # a --models run on its own
+            plot = args.report.parent / MODELS_PLOT_NAME
+            notes = args.report.with_name("MODELS_NOTES.md")
+            print(render_models_markdown(doc, str(plot) if plot.exists() else None,
+                                         notes.read_text() if notes.exists() else None))
+            return 0
         print(write_plot(doc, args.report.parent / PLOT_NAME), file=sys.stderr)
         plot = args.report.parent / PLOT_NAME
         notes = args.report.with_name("NOTES.md")
