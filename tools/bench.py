@@ -5,6 +5,7 @@
     python tools/bench.py --quick             smoke run: two cases, three modes (under a minute)
     python tools/bench.py --list              the cases, their FLOPs and bytes; runs nothing
     python tools/bench.py --compile-only      compile time, stock against overlay, without a GPU
+    python tools/bench.py --models --out bench_out  the model workloads (under 10 min on an H200)
     python tools/bench.py --report bench_out/bench.json > BENCHMARKS.md
 
 Select with --workloads linear,mlp, --shapes REGEX (searched in the case labels that
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import datetime
 import gc
 import math
@@ -38,8 +40,9 @@ import torch  # noqa: E402
 
 import torch_overlay  # noqa: E402
 from bench_report import (  # noqa: E402
-    PLOT_NAME, compile_only_table, derive, is_wrong, new_document, read_json,
-    render_markdown, terminal_summary, text_table, tolerance, upsert, write_json, write_plot)
+    MODELS_PLOT_NAME, PLOT_NAME, compile_only_table, derive, is_wrong, models_summary,
+    new_document, read_json, render_markdown, render_models_markdown, terminal_summary,
+    text_table, tolerance, upsert, write_json, write_models_plot, write_plot)
 from bench_workloads import MODES, WORKLOADS, Case, Mode, all_cases, io_bytes  # noqa: E402
 
 QUICK_CASES = ("linear/16x4096x4096", "pointwise/float32 tanh 1M")
@@ -47,6 +50,8 @@ QUICK_MODES = ("eager", "stock", "overlay")
 # no max-autotune step starts after this: the slowest (about 80 s) still ends within
 # a 10-minute command limit
 DEFAULT_BUDGET_S = 360
+# --models: no row starts after this (the slowest, a training step's compile, fits after it)
+DEFAULT_MODELS_BUDGET_S = 480
 
 # do_bench arguments are milliseconds of warm-up and of timed repetitions
 WARMUP_MS, REP_MS = 25, 100
@@ -145,10 +150,11 @@ def synchronize(device: str) -> None:
 
 
 @contextlib.contextmanager
-def mode_context(mode: Mode, overlays: list[str] | None, force: bool):
+def mode_context(mode: Mode, overlays: list[str] | None, force: bool, fresh: bool = True):
     """Each mode starts from nothing: overlays on or off as the mode says, Dynamo reset,
     and a fresh Inductor and Triton cache directory, so its compile time is a cold
-    compile and stock and overlay never share a cache entry."""
+    compile and stock and overlay never share a cache entry (``fresh=False``: the
+    caller holds one for several modes of one side)."""
     from torch._inductor.utils import fresh_cache
 
     torch_overlay.disable()
@@ -156,7 +162,8 @@ def mode_context(mode: Mode, overlays: list[str] | None, force: bool):
     try:
         if mode.overlays:
             torch_overlay.enable(overlays, force=force)
-        with fresh_cache():
+        with (fresh_cache() if fresh else contextlib.nullcontext()), \
+                torch._inductor.config.patch(freezing=mode.freezing):
             yield
     finally:
         torch_overlay.disable()
@@ -164,12 +171,47 @@ def mode_context(mode: Mode, overlays: list[str] | None, force: bool):
 
 
 def applies(mode: Mode, case: Case) -> bool:
+    if mode.freezing:
+        return bool(case.weight_args) and not case.train
     return not mode.addmm_activation or case.addmm_activation is not None
+
+
+class Weights(torch.nn.Module):
+    """``fn`` with its inputs at ``weight_args`` held as parameters, as in a model: what
+    ``torch._inductor.config.freezing`` folds into constants (it leaves plain inputs be)."""
+
+    def __init__(self, fn: Callable, weight_args: tuple[int, ...], inputs: tuple):
+        super().__init__()
+        self.fn, self.weight_args = fn, tuple(sorted(weight_args))
+        self.weights = torch.nn.ParameterList(
+            torch.nn.Parameter(inputs[i].detach(), requires_grad=False) for i in self.weight_args)
+
+    def forward(self, *rest):
+        args = list(rest)
+        for i, w in zip(self.weight_args, self.weights):
+            args.insert(i, w)
+        return self.fn(*args)
+
+
+def frozen_call(case: Case) -> Callable:
+    """The compiled case with the first call's weights as parameters; later calls pass
+    their other inputs only (the rotation cannot move frozen constants)."""
+    state: dict = {}
+
+    def call(*inputs):
+        if "module" not in state:
+            module = Weights(case.fn, case.weight_args, inputs)
+            state["module"] = torch.compile(module, dynamic=False)
+        rest = [x for i, x in enumerate(inputs) if i not in case.weight_args]
+        return case.step(state["module"])(*rest)
+    return call
 
 
 def build_call(mode: Mode, case: Case) -> Callable:
     if mode.addmm_activation:
         return case.step(case.addmm_activation)
+    if mode.freezing:
+        return frozen_call(case)
     if mode.compile_mode:
         return case.step(torch.compile(case.fn, mode=mode.compile_mode, dynamic=False))
     return case.step(case.fn)
@@ -385,6 +427,351 @@ def compile_only(cases: list[Case], overlays, force: bool) -> list[dict]:
     return rows
 
 
+# -- models: decode, prefill and a training step of whole decoder stacks ------------
+
+def model_errors(out: torch.Tensor, eager: torch.Tensor, ref: torch.Tensor) -> dict:
+    """Relative (Frobenius) error against the fp64 reference and against eager, and the
+    largest absolute difference from eager."""
+    return {"error": relative_error((out,), (ref,)), "err_eager": relative_error((out,), (eager,)),
+            "maxabs_eager": (out.double() - eager.double()).abs().max().item()}
+
+
+def model_inputs(cfg, sizes, device: str) -> dict[str, tuple]:
+    """Per inference row, (tokens, input_pos); decode steps write position ``prefill``."""
+    gen = torch.Generator(device).manual_seed(zlib.crc32(cfg.name.encode()))
+
+    def tokens(*shape):
+        return torch.randint(0, cfg.vocab, shape, device=device, generator=gen)
+    rows = {f"decode B={b}": (tokens(b, 1), torch.tensor([sizes.prefill], device=device))
+            for b in sizes.decode_batches}
+    rows[f"prefill {sizes.prefill}"] = (tokens(1, sizes.prefill),
+                                        torch.arange(sizes.prefill, device=device))
+    rows["train"] = (tokens(sizes.train_batch, sizes.train_tokens),
+                     tokens(sizes.train_batch, sizes.train_tokens))
+    return rows
+
+
+def measure_model(cfg, sizes, *, overlays, force, ceilings, timer=median_ms,
+                  deadline=math.inf, on_row=lambda *a: None, device="cuda",
+                  compile=torch.compile) -> dict:
+    """Every row of one model, stock against overlay, each side from the same weights.
+
+    Per side (overlays off, then on), in one fresh Inductor cache, each group after a
+    Dynamo reset: the default compile (decode, prefill), freezing (the same), CUDA
+    graphs (decode), then one training step (forward, backward, fused AdamW) and the
+    decode again with the weights the optimizer just wrote (live weights).
+    """
+    import copy
+
+    from torch._dynamo.utils import counters
+
+    import bench_models as bm
+
+    cuda = device == "cuda"  # the CPU runs this loop in the tests, with a test compile
+    base = bm.build(cfg, device)
+    saved = [b.clone() for b in bm.caches(base)]
+    inputs = model_inputs(cfg, sizes, device)
+    train_tokens, train_targets = inputs.pop("train")
+    train_row = f"train {sizes.train_batch}x{sizes.train_tokens}"
+    weight_bytes = bm.decode_weight_bytes(base)
+    record = {"model": cfg.name, "arch": cfg.arch, "source": cfg.source,
+              "config": dataclasses.asdict(cfg), "sizes": dataclasses.asdict(sizes),
+              "param_bytes": bm.param_bytes(base), "decode_weight_bytes": weight_bytes,
+              "rows": {}}
+
+    def row(name, kind):
+        r = record["rows"].setdefault(name, {"row": name, "kind": kind, "modes": {}})
+        if kind in ("decode", "live"):
+            r["floor_ms"] = weight_bytes / ceilings["copy_GBps"] / 1e6
+        return r
+
+    # the references, at the canonical state: base weights, random caches
+    eager, ref = {}, {}
+    ref_model = copy.deepcopy(base).double()
+    with torch.no_grad():
+        for name, (tok, pos) in inputs.items():
+            bm.load_caches(base, saved)
+            eager[name] = base(tok, pos)
+            bm.load_caches(ref_model, saved)
+            ref[name] = ref_model(tok, pos)
+            r = row(name, "decode" if name.startswith("decode") else "prefill")
+            r["eager_error"] = relative_error((eager[name],), (ref[name],))
+            r["tolerance"] = tolerance(r["eager_error"], "torch.bfloat16")
+            ms = timer(lambda: base(tok, pos))
+            r["modes"]["eager"] = {"status": "ok", "ms": ms, "error": r["eager_error"]}
+            on_row(record, name, "eager")
+            if name.startswith("decode"):
+                g = row(f"{name} graphs", "decode")
+                g.update(eager_error=r["eager_error"], tolerance=r["tolerance"])
+        eager["loss"] = bm.loss_fn(base, train_tokens, train_targets)
+        ref["loss"] = bm.loss_fn(ref_model, train_tokens, train_targets)
+    del ref_model
+    t = row(train_row, "train")
+    t["eager_error"] = relative_error((eager["loss"],), (ref["loss"],))
+    t["tolerance"] = tolerance(t["eager_error"], "torch.bfloat16")
+    outputs: dict[tuple[str, str], torch.Tensor] = {}  # for overlay against stock
+
+    def run_row(name, mode_name, call, check_ref):
+        """Compile (the first call), check, time; a wrong result is never timed."""
+        r = record["rows"][name]
+        if time.perf_counter() > deadline:
+            r["modes"][mode_name] = {"status": "skipped", "reason": "time budget spent"}
+            return on_row(record, name, mode_name)
+        try:
+            synchronize(device)
+            gc.collect()
+            resident = torch.cuda.memory_allocated() if cuda else 0
+            if cuda:
+                torch.cuda.reset_peak_memory_stats()
+            skips = counters["inductor"]["cudagraph_skips"]
+            start = time.perf_counter()
+            out = call()
+            synchronize(device)
+            result = {"status": "ok", "compile_s": time.perf_counter() - start}
+            if counters["inductor"]["cudagraph_skips"] > skips:
+                result["message"] = "Inductor skipped CUDA graphs for this graph"
+            result.update(check_ref(out))
+            outputs[name, mode_name] = out.detach().float().cpu()
+            del out
+            if is_wrong(result["error"], r["tolerance"]):
+                result["status"] = "WRONG"
+            else:
+                result["ms"] = timer(call)
+            if cuda:
+                result["peak_GB"] = (torch.cuda.max_memory_allocated() - resident) / 1e9
+        except Exception as e:  # one row's failure must not end the run
+            result = {"status": "failed", "message": one_line(e)}
+        stock_name = mode_name.replace("overlay", "stock")
+        # live rows: each side's weights took as many optimizer steps as its timing ran
+        if (stock_name != mode_name and (name, stock_name) in outputs and name_ok(result)
+                and not name.startswith("live")):
+            diff = outputs[name, mode_name] - outputs[name, stock_name]
+            result["maxabs_stock"] = diff.abs().max().item()
+        r["modes"][mode_name] = result
+        on_row(record, name, mode_name)
+
+    def inference(model, compiled, name, graphs=False):
+        tok, pos = inputs[name]
+
+        def call():
+            if graphs and cuda:
+                torch.compiler.cudagraph_mark_step_begin()
+            with torch.no_grad():
+                return compiled(tok, pos)
+
+        def check(out):
+            return model_errors(out, eager[name], ref[name])
+        bm.load_caches(model, saved)
+        return call, check
+
+    def train_and_live(model, side):
+        """One training step, then decode with the weights the optimizer just wrote."""
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=cuda)
+        compiled_loss = compile(bm.loss_fn, dynamic=False)
+
+        def train_step():
+            opt.zero_grad(set_to_none=True)
+            loss = compiled_loss(model, train_tokens, train_targets)
+            loss.backward()
+            opt.step()
+            return loss.detach()
+
+        def check_loss(loss):
+            return model_errors(loss, eager["loss"], ref["loss"])
+        run_row(train_row, side, train_step, check_loss)
+        # live weights: the default compile, after optimizer steps changed the weights
+        opt.zero_grad(set_to_none=True)
+        compiled = compile(model, dynamic=False)
+        live_ref = copy.deepcopy(model).double()
+        for name in (n for n in inputs if n.startswith("decode")):
+            tok, pos = inputs[name]
+            with torch.no_grad():
+                bm.load_caches(model, saved)
+                live_eager = model(tok, pos)
+                bm.load_caches(live_ref, saved)
+                live_fp64 = live_ref(tok, pos)
+            r = row(f"live {name}", "live")
+            r["eager_error"] = relative_error((live_eager,), (live_fp64,))
+            r["tolerance"] = tolerance(r["eager_error"], "torch.bfloat16")
+            call, _ = inference(model, compiled, name)
+            run_row(f"live {name}", side, call,
+                    lambda out, e=live_eager, f=live_fp64: model_errors(out, e, f))
+
+    from torch._inductor.utils import fresh_cache
+
+    for overlay in (False, True):
+        side = "overlay" if overlay else "stock"
+        model = copy.deepcopy(base)
+        # one fresh Inductor and Triton cache per side: its first group compiles cold, the
+        # later ones reuse the kernels they share with it (both sides alike)
+        with fresh_cache():
+            with mode_context(MODES[side], overlays, force, fresh=False):
+                compiled = compile(model, dynamic=False)
+                for name in inputs:
+                    call, check = inference(model, compiled, name)
+                    run_row(name, side, call, check)
+            # freezing folds the weights: inference rows only, before any optimizer step
+            with mode_context(MODES[f"{side}_freezing"], overlays, force, fresh=False):
+                for name in inputs:
+                    call, check = inference(model, compile(model, dynamic=False), name)
+                    run_row(name, f"{side}_freezing", call, check)
+            with mode_context(MODES[side], overlays, force, fresh=False):
+                compiled = compile(model, mode="reduce-overhead", dynamic=False)
+                for name in (n for n in inputs if n.startswith("decode")):
+                    call, check = inference(model, compiled, name, graphs=True)
+                    run_row(f"{name} graphs", side, call, check)
+            with mode_context(MODES[side], overlays, force, fresh=False):
+                train_and_live(model, side)
+        model = None
+        gc.collect()
+        if cuda:
+            torch.cuda.empty_cache()
+    return record
+
+
+def name_ok(result: dict) -> bool:
+    return result.get("status") in ("ok", "WRONG")
+
+
+def model_line(record: dict, name: str, mode_name: str, ceilings: dict) -> str:
+    r = record["rows"][name]
+    res = r["modes"][mode_name]
+    text = f"    {name:<22} {MODES[mode_name].short:>11}  "
+    if res["status"] not in ("ok", "WRONG"):
+        return text + ": ".join([res["status"]] + [res[k] for k in ("message", "reason")
+                                                    if k in res])
+    if "ms" in res:
+        text += f"{res['ms']:9.4f} ms"
+    else:
+        text += f"WRONG: error {res['error']:.1e} > tolerance {r['tolerance']:.1e}"
+    if r.get("floor_ms") and res.get("ms"):
+        text += f"  {100 * r['floor_ms'] / res['ms']:3.0f}% of weight floor"
+    text += f"  err {res['error']:.1e}"
+    if "err_eager" in res:
+        text += f" (vs eager {res['err_eager']:.1e}, max abs {res['maxabs_eager']:.2g})"
+    if res.get("compile_s") is not None and mode_name != "eager":
+        text += f"  compile {res['compile_s']:.1f} s"
+    if res.get("peak_GB") is not None:
+        text += f"  peak +{res['peak_GB']:.2f} GB"
+    return text
+
+
+def run_models(configs, sizes, doc: dict, out_dir: pathlib.Path, args, overlays) -> None:
+    json_path = out_dir / "models.json"
+    start = time.perf_counter()
+    deadline = start + args.budget_s if args.budget_s else math.inf
+    def on_row(record, name, mode_name):
+        log(model_line(record, name, mode_name, doc["ceilings"]))
+        if not any(r is record for r in doc["models"]):
+            doc["models"].append(record)
+        write_json(doc, json_path)  # after each row: a killed run keeps what it measured
+
+    for cfg in configs:
+        log(f"[{time.perf_counter() - start:4.0f} s] {cfg.name} ({cfg.source}): "
+            f"{derive_model_params(cfg)}")
+        try:
+            record = measure_model(
+                cfg, sizes, overlays=overlays, force=args.force, ceilings=doc["ceilings"],
+                deadline=deadline, on_row=on_row)
+        except Exception as e:  # the model's build or references failed
+            log(f"    failed: {one_line(e)}")
+            record = {"model": cfg.name, "source": cfg.source, "message": one_line(e),
+                      "rows": {}}
+        if not any(r is record for r in doc["models"]):
+            doc["models"].append(record)
+        write_json(doc, json_path)
+        gc.collect()
+        torch.cuda.empty_cache()
+    log(f"models: {time.perf_counter() - start:.0f} s")
+
+
+def derive_model_params(cfg) -> str:
+    import bench_models as bm
+
+    n = bm.count_params(cfg)
+    return f"{n / 1e9:.3g} B parameters, {4 * n / 1e9:.2f} GB in fp32"
+
+
+def transformers_line() -> str:
+    try:
+        import transformers
+    except ImportError:
+        return ("transformers is not installed: the models are the plain-PyTorch "
+                "definitions of tools/bench_models.py (they need none)")
+    return (f"transformers {transformers.__version__} is installed, not used: the models are "
+            "the plain-PyTorch definitions of tools/bench_models.py")
+
+
+def compile_only_models(configs, sizes, overlays, force, select: str | None = None) -> list[dict]:
+    """Each model's inference rows compiled for the H200 through the GPU-free harness,
+    stock against overlay (and with freezing), and its training step traced forward and
+    backward on the CPU (the faked GPU refuses autograd), so a broken model fails CI."""
+    from torch_overlay.testing import get_code
+    from torch_overlay.testing.golden import normalize
+
+    import bench_models as bm
+
+    rows = []
+    for cfg in configs:
+        model = bm.build(cfg, "cpu").requires_grad_(False)
+        inputs = model_inputs(cfg, sizes, "cpu")
+        train = inputs.pop("train")
+
+        def compile_seconds(mode, tok):
+            # The faked GPU runs no op for real, but two compile steps do: AOTAutograd's
+            # copy back into a mutated buffer, and the joint-graph folding of uniform
+            # constants (the causal mask). So: the causal forward without the KV cache
+            # (the cache path is checked on the CPU by test/test_bench_models.py), and
+            # that folding off (on both sides).
+            def step(m, t):
+                with torch.no_grad():
+                    return torch.compile(m, dynamic=False)(t)
+            with mode_context(mode, overlays, force), \
+                    torch._inductor.config.patch(joint_graph_constant_folding=False):
+                start = time.perf_counter()
+                code = get_code(step, model, tok, force_fake=True)
+                return time.perf_counter() - start, normalize(code)
+
+        for name, (tok, _) in inputs.items():
+            name += " (no KV cache)"
+            for label, stock, overlay in ((name, "stock", "overlay"),
+                                          (f"{name} freezing", "stock_freezing",
+                                           "overlay_freezing")):
+                row = {"id": f"{cfg.name}/{label}", "workload": cfg.name, "label": label}
+                if select and not re.search(select, row["id"]):
+                    continue
+                try:
+                    row["stock_s"], stock_code = compile_seconds(MODES[stock], tok)
+                    row["overlay_s"], overlay_code = compile_seconds(MODES[overlay], tok)
+                    row["code_differs"] = stock_code != overlay_code
+                    log(f"{row['id']}: stock {row['stock_s']:.2f} s, overlay "
+                        f"{row['overlay_s']:.2f} s" + (", code differs"
+                                                        if row["code_differs"] else ""))
+                except Exception as e:
+                    row["message"] = one_line(e)
+                    log(f"{row['id']}: failed: {row['message']}")
+                rows.append(row)
+        row = {"id": f"{cfg.name}/train (CPU trace)", "workload": cfg.name,
+               "label": "train step traced fwd+bwd on CPU (aot_eager, fullgraph)"}
+        if select and not re.search(select, row["id"]):
+            continue
+        try:
+            model.requires_grad_(True)
+            torch._dynamo.reset()
+            start = time.perf_counter()
+            loss = torch.compile(bm.loss_fn, backend="aot_eager", fullgraph=True)(model, *train)
+            loss.backward()
+            row["stock_s"] = time.perf_counter() - start
+            log(f"{row['id']}: loss {loss.item():.3f}, traced in {row['stock_s']:.2f} s")
+        except Exception as e:
+            row["message"] = one_line(e)
+            log(f"{row['id']}: failed: {row['message']}")
+        finally:
+            torch._dynamo.reset()
+        rows.append(row)
+    return rows
+
+
 # -- command line -------------------------------------------------------------------
 
 def probe_overlays(names: list[str] | None, force: bool) -> list[str] | None:
@@ -428,12 +815,16 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--out", type=pathlib.Path, default=pathlib.Path("bench_out"),
                    help="directory for bench.json, bench.md and the plot (default: bench_out)")
     p.add_argument("--workloads", type=names(list(WORKLOADS)), help="default: all")
-    p.add_argument("--shapes", metavar="REGEX", help="keep the cases whose label matches")
+    p.add_argument("--shapes", metavar="REGEX",
+                   help="keep the cases whose label matches (--models --compile-only: the "
+                        "rows whose model/row id matches)")
     p.add_argument("--modes", type=names(list(MODES)), help="default: all")
     p.add_argument("--max-autotune", choices=("required", "all"), default="required",
                    help="cases that get the max-autotune modes (default: the issue's shape sets)")
-    p.add_argument("--budget-s", type=float, default=DEFAULT_BUDGET_S,
-                   help="skip max-autotune after this many seconds; 0: no limit")
+    p.add_argument("--budget-s", type=float,
+                   help=f"skip max-autotune after this many seconds (default {DEFAULT_BUDGET_S}); "
+                        f"with --models, the rows not started by then (default "
+                        f"{DEFAULT_MODELS_BUDGET_S}); 0: no limit")
     p.add_argument("--overlays", type=lambda s: [n for n in s.split(",") if n],
                    help="overlays of the overlay modes (default: all registered)")
     p.add_argument("--force", action="store_true", help="enable overlays despite upstream drift")
@@ -445,9 +836,74 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--list", action="store_true", help="print the selected cases and exit")
     p.add_argument("--compile-only", action="store_true",
                    help="compile time, stock against overlay, through the GPU-free harness")
+    p.add_argument("--models", action="store_true",
+                   help="the model workloads (tools/bench_models.py: decode, prefill, a training "
+                        "step) instead of the operator ones; writes models.json")
+    p.add_argument("--model-set", choices=("full", "tiny"), default="full",
+                   help="with --models: the published configs, or toy sizes of the same "
+                        "structure (a smoke run, the compile-only test)")
     p.add_argument("--report", type=pathlib.Path, metavar="JSON",
                    help="print BENCHMARKS.md for a results file (and redraw its plot)")
     return p.parse_args(argv)
+
+
+def check_overlays(args) -> int:
+    known = torch_overlay.load_overlays()
+    unknown = [n for n in args.overlays or [] if n not in known]
+    if unknown:
+        print(f"bench.py: unknown overlay {', '.join(unknown)}; registered: "
+              f"{', '.join(known) or 'none'}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def main_models(args, argv: list[str]) -> int:
+    import bench_models as bm
+
+    configs, sizes = bm.MODEL_SETS[args.model_set]
+    if args.list:
+        for cfg in configs:
+            log(f"{cfg.name}: {cfg.source}; {derive_model_params(cfg)}")
+        return 0
+    if not args.compile_only and not gpu_available():
+        print("bench.py: no CUDA GPU here; --models needs one (--models --compile-only, "
+              "--list and --report run without)", file=sys.stderr)
+        return 1
+    if check_overlays(args):
+        return 2
+    overlays = probe_overlays(args.overlays, args.force)
+    log(transformers_line())
+    args.out.mkdir(parents=True, exist_ok=True)
+    settings = {"model_set": args.model_set, "sizes": dataclasses.asdict(sizes),
+                "budget_s": args.budget_s, "do_bench_ms": {"warmup": WARMUP_MS, "rep": REP_MS}}
+    if args.compile_only:
+        doc = new_document(environment(argv, overlays), None, settings)
+        doc["compile_only"] = compile_only_models(configs, sizes, overlays, args.force,
+                                                  args.shapes)
+        write_json(doc, args.out / "models.json")
+        log(text_table(*compile_only_table(doc["compile_only"])))
+        log(f"results: {args.out / 'models.json'}")
+        return 0
+    start = time.perf_counter()
+    log(f"{torch.cuda.get_device_name()}: measuring the ceilings")
+    doc = new_document(environment(argv, overlays), measure_ceilings(), settings)
+    doc["models"] = []
+    c = doc["ceilings"]
+    log(f"device copy {c['copy_GBps'] / 1e3:.2f} TB/s, "
+        f"bf16 cuBLAS {c['bf16_mm_TFLOPs']:.0f} TFLOP/s")
+    warm_up_compiler("cuda")
+    try:
+        run_models(configs, sizes, doc, args.out, args, overlays)
+    finally:
+        doc["wall_s"] = time.perf_counter() - start
+        write_json(doc, args.out / "models.json")
+        log(models_summary(doc))
+        log(write_models_plot(doc, args.out / MODELS_PLOT_NAME))
+        plot = MODELS_PLOT_NAME if (args.out / MODELS_PLOT_NAME).exists() else None
+        (args.out / "models.md").write_text(render_models_markdown(doc, plot))
+        log(f"results: {args.out / 'models.json'}, report: {args.out / 'models.md'}; "
+            f"{doc['wall_s']:.0f} s in all")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -455,12 +911,32 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.report:
         doc = read_json(args.report)
+        if "models" in doc:  # a --models run on its own
+            plot = args.report.parent / MODELS_PLOT_NAME
+            notes = args.report.with_name("MODELS_NOTES.md")
+            print(render_models_markdown(doc, str(plot) if plot.exists() else None,
+                                         notes.read_text() if notes.exists() else None))
+            return 0
         print(write_plot(doc, args.report.parent / PLOT_NAME), file=sys.stderr)
         plot = args.report.parent / PLOT_NAME
         notes = args.report.with_name("NOTES.md")
-        print(render_markdown(doc, str(plot) if plot.exists() else None,
-                              notes.read_text() if notes.exists() else None))
+        text = render_markdown(doc, str(plot) if plot.exists() else None,
+                               notes.read_text() if notes.exists() else None)
+        models = args.report.with_name("models.json")  # the --models run, published beside
+        if models.exists() and args.report.name != "models.json":
+            models_doc = read_json(models)
+            models_plot = models.parent / MODELS_PLOT_NAME
+            print(write_models_plot(models_doc, models_plot), file=sys.stderr)
+            models_notes = models.with_name("MODELS_NOTES.md")
+            text += "\n" + render_models_markdown(
+                models_doc, str(models_plot) if models_plot.exists() else None,
+                models_notes.read_text() if models_notes.exists() else None)
+        print(text)
         return 0
+    if args.budget_s is None:
+        args.budget_s = DEFAULT_MODELS_BUDGET_S if args.models else DEFAULT_BUDGET_S
+    if args.models:
+        return main_models(args, argv)
     cases = select_cases(args)
     modes = args.modes or (list(QUICK_MODES) if args.quick else list(MODES))
     if args.list:
@@ -475,11 +951,7 @@ def main(argv: list[str] | None = None) -> int:
         print("bench.py: no CUDA GPU here; only --compile-only, --list and --report run "
               "without one", file=sys.stderr)
         return 1
-    known = torch_overlay.load_overlays()
-    unknown = [n for n in args.overlays or [] if n not in known]
-    if unknown:
-        print(f"bench.py: unknown overlay {', '.join(unknown)}; registered: "
-              f"{', '.join(known) or 'none'}", file=sys.stderr)
+    if check_overlays(args):
         return 2
     overlays = probe_overlays(args.overlays, args.force)
     args.out.mkdir(parents=True, exist_ok=True)

@@ -126,6 +126,10 @@ def number(value: float | None, key: str = "") -> str:
         return f"{value:.1f}"
     if key in ("error", "tolerance"):
         return f"{value:.1e}"
+    if key == "abs":
+        return f"{value:.2g}"
+    if key == "GB":
+        return f"{value:.2f}"
     return f"{value:.2f}x"  # speedups
 
 
@@ -146,7 +150,10 @@ def modes_run(cases: list[dict]) -> list[str]:
     return [m for m in MODES if m in present]
 
 
-SPEEDUP_PAIRS = [(m, s) for m in ("overlay", "overlay-max-autotune") for s in STOCK_MODES]
+SPEEDUP_PAIRS = [(m, s) for m in ("overlay", "overlay-max-autotune")
+                 for s in ("stock", "stock-max-autotune")] + [
+    ("stock_freezing", "stock"), ("overlay_freezing", "stock_freezing"),
+    ("overlay_freezing", "stock")]
 
 
 def summary_table(cases: list[dict]) -> tuple[list[str], list[list[str]]]:
@@ -241,6 +248,10 @@ sets where they fit in the 60 MB L2). *stock* is `torch.compile` with no overlay
 *overlay* the same with `torch_overlay.enable(...)`; *MA* is
 `mode="max-autotune-no-cudagraphs"`; *addmm_act* is eager
 `torch._addmm_activation(..., use_gelu=True) + r` (cuBLASLt's GELU epilogue).
+*frz* (`stock_freezing`, `overlay_freezing`): `torch._inductor.config.freezing = True`
+under `torch.no_grad()`, the case's weights held as `nn.Parameter`s of a module so that
+freezing folds them into constants (bf16 ones where autocast casts them: its bytes and
+floor still count the fp32 weights); inference cases with weights only.
 `a / b` is how many times faster *a* is than *b*. *best / floor*: the floor is the
 larger of FLOPs over the bf16 cuBLAS rate and bytes (inputs read once, outputs written
 once) over the copy bandwidth, both measured in the same run. Each mode's output is
@@ -344,7 +355,8 @@ def write_plot(doc: dict, path: pathlib.Path) -> str:
     for row in axes:
         row[0].set_ylabel("speedup over stock default")
     env = doc.get("env", {})
-    fig.suptitle(f"F.linear, bf16 autocast: {env.get('gpu', '')} {env.get('date', '')[:10]}")
+    fig.suptitle(f"F.linear, bf16 autocast: {env.get('gpu', '')} {env.get('date', '')[:10]}, "
+                 f"torch {env.get('torch', '')}, triton {env.get('triton', '')}")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -363,3 +375,189 @@ def linear_speedups(doc: dict) -> dict[tuple, list[tuple[int, float]]]:
             if mode != "stock" and value is not None:
                 series[((p["N"], p["K"]), mode)].append((p["M"], value))
     return dict(series)
+
+
+# -- the model workloads (tools/bench.py --models) --------------------------------
+
+MODELS_PLOT_NAME = "models_speedup.png"
+MODEL_PAIRS = [("stock", "overlay"), ("stock_freezing", "overlay_freezing")]
+
+
+def model_rows(doc: dict):
+    """(model record, row) in run order."""
+    for record in doc.get("models", []):
+        for r in record.get("rows", {}).values():
+            yield record, r
+
+
+def floor_cell(r: dict, result: dict | None) -> str:
+    if not r.get("floor_ms") or not is_ok(result):
+        return "-"
+    return number(r["floor_ms"] / result["ms"], "floor_fraction")
+
+
+def models_speed_table(doc: dict) -> tuple[list[str], list[list[str]]]:
+    headers = ["model", "row", "eager ms", "stock ms", "overlay ms", "overlay / stock",
+               "stock frz ms", "overlay frz ms", "ovl frz / stock frz", "overlay / stock frz",
+               "weight floor ms", "% floor stock", "% floor overlay", "% floor ovl frz"]
+    rows = []
+    for record, r in model_rows(doc):
+        m = r["modes"]
+        rows.append([record["model"], r["row"], cell(m.get("eager")), cell(m.get("stock")),
+                     cell(m.get("overlay")),
+                     number(speedup(m.get("stock"), m.get("overlay"))),
+                     cell(m.get("stock_freezing")), cell(m.get("overlay_freezing")),
+                     number(speedup(m.get("stock_freezing"), m.get("overlay_freezing"))),
+                     number(speedup(m.get("stock_freezing"), m.get("overlay"))),
+                     number(r.get("floor_ms"), "ms"), floor_cell(r, m.get("stock")),
+                     floor_cell(r, m.get("overlay")), floor_cell(r, m.get("overlay_freezing"))])
+    return headers, rows
+
+
+def models_check_table(doc: dict) -> tuple[list[str], list[list[str]]]:
+    """Compile time, errors and peak memory, one line per row and pair of sides."""
+    headers = ["model", "row", "sides", "compile s", "rel err vs fp64 (eager)",
+               "rel err vs eager", "max abs vs eager", "max abs ovl vs stock", "peak +GB"]
+    rows = []
+    for record, r in model_rows(doc):
+        for stock, overlay in MODEL_PAIRS:
+            a, b = r["modes"].get(stock), r["modes"].get(overlay)
+            if not a and not b:
+                continue
+            a, b = a or {}, b or {}
+
+            def both(key, kind):
+                return f"{number(a.get(key), kind)} / {number(b.get(key), kind)}"
+            eager = number(r.get("eager_error"), "error")
+            rows.append([record["model"], r["row"], f"{MODES[stock].short} / {MODES[overlay].short}",
+                         both("compile_s", "compile_s"),
+                         f"{both('error', 'error')} ({eager})",
+                         both("err_eager", "error"),
+                         f"{number(a.get('maxabs_eager'), 'abs')} / "
+                         f"{number(b.get('maxabs_eager'), 'abs')}",
+                         number(b.get("maxabs_stock"), "abs"),
+                         f"{number(a.get('peak_GB'), 'GB')} / {number(b.get('peak_GB'), 'GB')}"])
+            for res, name in ((a, stock), (b, overlay)):
+                if res.get("status") not in (None, "ok"):
+                    rows[-1][3] += f" [{MODES[name].short}: {res['status']}]"
+    return headers, rows
+
+
+def models_messages(doc: dict) -> list[str]:
+    out = [f"{rec['model']}: {rec['message']}" for rec in doc.get("models", [])
+           if rec.get("message")]
+    for record, r in model_rows(doc):
+        for name, res in r["modes"].items():
+            if res.get("message") or res.get("reason"):
+                out.append(f"{record['model']} {r['row']} {MODES[name].short}: "
+                           f"{res.get('message') or res.get('reason')}")
+    return out
+
+
+def models_summary(doc: dict) -> str:
+    parts = ["\n== models: speed (ms; ratios are how many times faster)",
+             text_table(*models_speed_table(doc)),
+             "\n== models: compile time, errors, peak memory (stock side / overlay side)",
+             text_table(*models_check_table(doc))]
+    parts += models_messages(doc)
+    return "\n".join(parts)
+
+
+MODELS_READING = """\
+Whole decoder stacks from `tools/bench_models.py` (plain PyTorch, random weights; the
+dimensions of public configs, a few layers), fp32 parameters under bf16 autocast,
+`torch.compile` default mode, stock and overlay in the same process from the same
+weights. *decode B=b*: one token per sequence at position 512 of a 1024-long static KV
+cache (random keys and values), logits of that token; *graphs*: the same under
+`mode="reduce-overhead"` (CUDA graphs); *prefill 512*: 512 tokens into the cache, the
+last token's logits; *train*: forward, cross-entropy, backward and a fused AdamW step
+(the optimizer runs eagerly; only the model is compiled); *live decode*: the plain
+decode compile called again right after those optimizer steps, the weights changed in
+place (as in RL rollouts: freezing cannot serve it, its constants would be stale).
+*frz*: `torch._inductor.config.freezing = True` under `torch.no_grad()` (the weights are
+`nn.Parameter`s, folded into constants: fp32 weights become bf16 constants, cast once).
+Times are do_bench medians (L2 flushed before each call); eager is timed without a
+compile. The *weight floor* of a decode row is the fp32 parameter bytes a step reads
+(all but lookup tables) over the measured copy bandwidth; a frozen side can pass 100%
+because it reads bf16 copies. Errors are relative Frobenius norms of the logits (the
+loss for *train*) against the fp64 model on the same inputs and caches, in brackets
+eager's own; a side over 4x eager's error is **WRONG** and not timed. *max abs ovl vs
+stock*: overlay's logits against stock's. Compile time is the first call. Each side
+(stock, then overlay) runs in one fresh Inductor and Triton cache directory, its groups in
+this order, each after `torch._dynamo.reset()`: default compile (decode, prefill; its
+first row compiles cold), freezing, CUDA graphs, train then live decode (a recompile);
+a later group's compile reuses the kernels it shares with earlier ones, alike on both sides.
+*peak +GB*: `torch.cuda.max_memory_allocated()` over the row (compile included) above
+what was allocated before it (weights, caches, optimizer state held from earlier rows)."""
+
+
+def render_models_markdown(doc: dict, plot_link: str | None = None,
+                           notes: str | None = None) -> str:
+    """The models section; ``notes``: a person's reading (MODELS_NOTES.md beside the JSON)."""
+    env = doc.get("env", {})
+    c = doc.get("ceilings") or {}
+    out = ["## models: what a model gains, decode to training", "",
+           f"Run {env.get('date', '?')} on {env.get('gpu', '?')}, torch {env.get('torch', '?')}, "
+           f"triton {env.get('triton', '?')}, CUDA {env.get('cuda', '?')}, git "
+           f"{env.get('git', '?')}, overlays {', '.join(env.get('overlays') or []) or '-'}: "
+           f"`{env.get('command', '')}`"
+           + (f", {doc['wall_s']:.0f} s in all." if doc.get("wall_s") else "."), ""]
+    if c:
+        out += [f"Ceilings of that run: device copy {c['copy_GBps'] / 1e3:.2f} TB/s, bf16 "
+                f"cuBLAS {c['bf16_mm_TFLOPs']:.0f} TFLOP/s.", ""]
+    for rec in doc.get("models", []):
+        out.append(f"- **{rec['model']}**: {rec.get('source', '')}; "
+                   + (f"{rec['param_bytes'] / 1e9:.2f} GB of fp32 parameters, a decode step "
+                      f"reads {rec['decode_weight_bytes'] / 1e9:.2f} GB"
+                      if "param_bytes" in rec else rec.get("message", "")))
+    out += [""]
+    if notes:
+        out += [notes.strip(), ""]
+    out += ["### How to read the model tables", "", MODELS_READING, ""]
+    if doc.get("models"):
+        out += [markdown_table(*models_speed_table(doc)), ""]
+        if plot_link:
+            out += [f"![overlay over stock, per model row]({plot_link})", ""]
+        out += [markdown_table(*models_check_table(doc)), ""]
+        out += [f"- {m}" for m in models_messages(doc)]
+    if doc.get("compile_only"):
+        out += ["", "Compile time through the GPU-free harness:", "",
+                markdown_table(*compile_only_table(doc["compile_only"]))]
+    return "\n".join(out) + "\n"
+
+
+def write_models_plot(doc: dict, path: pathlib.Path) -> str:
+    """overlay / stock and overlay frz / stock frz per model row, as horizontal bars."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed: no plot (pip install matplotlib)"
+    labels, plain, frozen = [], [], []
+    for record, r in model_rows(doc):
+        m = r["modes"]
+        labels.append(f"{record['model']} {r['row']}")
+        plain.append(speedup(m.get("stock"), m.get("overlay")))
+        frozen.append(speedup(m.get("stock_freezing"), m.get("overlay_freezing")))
+    if not any(v for v in plain + frozen):
+        return "no model results to plot"
+    fig, ax = plt.subplots(figsize=(8, 0.35 * len(labels) + 1.5))
+    ys = range(len(labels))
+    ax.barh([y - 0.2 for y in ys], [v or 0 for v in plain], height=0.4, color="C3",
+            label="overlay / stock")
+    ax.barh([y + 0.2 for y in ys], [v or 0 for v in frozen], height=0.4, color="C6",
+            label="overlay frz / stock frz")
+    ax.axvline(1.0, color="grey", linewidth=0.8)
+    ax.set_yticks(list(ys), labels, fontsize="small")
+    ax.invert_yaxis()
+    ax.set_xlabel("speedup over stock Inductor (same run)")
+    ax.legend(fontsize="small")
+    env = doc.get("env", {})
+    ax.set_title(f"models, bf16 autocast: {env.get('gpu', '')} {env.get('date', '')[:10]}, "
+                 f"torch {env.get('torch', '')}, triton {env.get('triton', '')}",
+                 fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return f"plot: {path}"

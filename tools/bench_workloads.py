@@ -26,6 +26,9 @@ class Mode:
     compile_mode: str | None = None  # torch.compile mode; None runs eagerly
     overlays: bool = False
     addmm_activation: bool = False  # the cuBLASLt GELU epilogue instead of case.fn
+    # torch._inductor.config.freezing: the weights (Case.weight_args) become parameters of
+    # a module and Inductor folds them into constants (inference cases only)
+    freezing: bool = False
 
     @property
     def max_autotune(self) -> bool:
@@ -42,8 +45,10 @@ MODES: dict[str, Mode] = {m.name: m for m in (
     Mode("overlay", "overlay", "default", overlays=True),
     Mode("overlay-max-autotune", "overlay MA", MAX_AUTOTUNE, overlays=True),
     Mode("addmm-activation", "addmm_act", addmm_activation=True),
+    Mode("stock_freezing", "stock frz", "default", freezing=True),
+    Mode("overlay_freezing", "overlay frz", "default", overlays=True, freezing=True),
 )}
-STOCK_MODES = ("stock", "stock-max-autotune")
+STOCK_MODES = ("stock", "stock-max-autotune", "stock_freezing")
 
 
 # -- cases ------------------------------------------------------------------------
@@ -65,6 +70,7 @@ class Case:
     train: bool = False  # the step is forward + backward; the last input is grad_out
     addmm_activation: Callable[..., torch.Tensor] | None = None
     required_max_autotune: bool = False  # in the shape sets: max-autotune by default
+    weight_args: tuple[int, ...] = ()  # inputs that are a model's weights: what freezing folds
 
     @property
     def id(self) -> str:
@@ -151,6 +157,7 @@ def linear_cases() -> Iterator[Case]:
             make_inputs=lambda rand, M=M, N=N, K=K: (
                 rand((M, K), FP32), rand((N, K), FP32, K ** -0.5)),
             fn=autocast_bf16(linear),
+            weight_args=(1,),
             required_max_autotune=(M, N, K) in TENSORCORE_MM_SHAPES,
         )
 
@@ -171,6 +178,7 @@ def gelu_linear_cases() -> Iterator[Case]:
                         rand((N,), dt, 0.1), rand((M, N), dt)),
                     fn=autocast_bf16(fn) if variant == "autocast" else fn,
                     addmm_activation=addmm_gelu_add if approximate == "tanh" else None,
+                    weight_args=(1, 2),
                     required_max_autotune=approximate == "tanh" and variant == "bf16",
                 )
 
@@ -205,6 +213,7 @@ def mlp_cases() -> Iterator[Case]:
                 make_inputs=functools.partial(mlp_inputs, T=T, H=H, Fd=Fd, train=train),
                 fn=autocast_bf16(mlp_block),
                 train=train,
+                weight_args=() if train else (1, 2, 3, 4),
                 required_max_autotune=train and (T, H, Fd) == MLP_SHAPES[0],
             )
 
