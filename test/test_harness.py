@@ -8,7 +8,6 @@ from torch._inductor.test_case import run_tests, TestCase
 from torch.testing import FileCheck
 from torch.testing._internal.common_utils import instantiate_parametrized_tests, parametrize
 
-from torch._inductor import config as inductor_config
 from torch_overlay.testing import GPU_PROFILES, get_code, get_profile, has_real_gpu
 from torch_overlay.testing.golden import normalize
 
@@ -26,17 +25,6 @@ def autocast_linear(x, w, b):
 
 @instantiate_parametrized_tests
 class TestHarness(TestCase):
-    def setUp(self):
-        super().setUp()
-        # stock Inductor: every feature off
-        self._stock = inductor_config.patch(
-            autocast_matmul_meta=False, tensorcore_mm_autocast=False, gelu_add_fusion=False)
-        self._stock.__enter__()
-
-    def tearDown(self):
-        self._stock.__exit__(None, None, None)
-        super().tearDown()
-
     @parametrize("gpu", sorted(GPU_PROFILES))
     def test_profile_reaches_codegen(self, gpu):
         profile = get_profile(gpu)

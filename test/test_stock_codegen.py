@@ -4,7 +4,6 @@ import torch
 import torch.nn.functional as F
 from torch._inductor.test_case import run_tests, TestCase
 
-from torch._inductor import config as inductor_config
 from torch_overlay.testing import get_code
 from torch_overlay.testing.golden import GoldenMixin
 
@@ -19,17 +18,6 @@ def autocast_linear(x, w, b):
 
 
 class TestStockCodegen(GoldenMixin, TestCase):
-    def setUp(self):
-        super().setUp()
-        # stock Inductor: every feature off
-        self._stock = inductor_config.patch(
-            autocast_matmul_meta=False, tensorcore_mm_autocast=False, gelu_add_fusion=False)
-        self._stock.__enter__()
-
-    def tearDown(self):
-        self._stock.__exit__(None, None, None)
-        super().tearDown()
-
     def test_gelu_add(self):
         code = get_code(torch.compile(gelu_add), torch.randn(1024, 1024), torch.randn(1024, 1024))
         self.assertExpectedCode(code)

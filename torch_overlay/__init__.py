@@ -12,7 +12,6 @@ names; ``TORCH_OVERLAY_DISABLE=1`` turns every enable into a no-op (kill switch)
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import logging
 import os
 import warnings
