@@ -9,6 +9,7 @@ Inductor's CPU backend. The CUDA tests run on a GPU machine:
 from __future__ import annotations
 
 import contextlib
+import logging
 import re
 import unittest
 from unittest import mock
@@ -353,8 +354,11 @@ class GeluAddCPUTests(GeluAddTestCase):
     def test_lowering_error_falls_back_to_stock(self):
         fn = gelu_add_three_ways("tanh")
         inputs = make_inputs(torch.float32)
-        with mock.patch.object(gelu_add_overlay, "lower_gelu_add", side_effect=RuntimeError("injected")):
+        with mock.patch.object(gelu_add_overlay, "lower_gelu_add", side_effect=RuntimeError("injected")), \
+                self.assertLogs(gelu_add_overlay.log, logging.WARNING) as logs:
             outs, code = self.compile_and_run(fn, *inputs)
+        self.assertEqual(len(logs.records), 3)  # one per match
+        self.assertIn("gelu_add: lowering failed", logs.output[0])
         self.assertEqual(self.overlay_counts["gelu_add_fallback"], 3)
         self.assertEqual(self.overlay_counts["gelu_add_lowered"], 0)
         self.assertFalse(any("gelu_add" in n for n in kernel_names(code)), kernel_names(code))

@@ -472,9 +472,12 @@ class TestMatmulMetaInductor(MatmulMetaOnly, GoldenMixin, TestCase):
         # bf16 operands: no cast kernel, only the extern bmm (a C++ compile costs seconds)
         args = (torch.randn(3, 7, 13, dtype=torch.bfloat16), torch.randn(3, 13, 5, dtype=torch.bfloat16))
         with mock.patch.object(matmul_meta, "_record", side_effect=RuntimeError("boom")), \
-                mock.patch.dict(os.environ, {"TORCHINDUCTOR_STRICT_FALLBACKS": "0"}):
+                mock.patch.dict(os.environ, {"TORCHINDUCTOR_STRICT_FALLBACKS": "0"}), \
+                self.assertLogs(matmul_meta.log, logging.WARNING) as logs:
             out, code = run_and_get_code(torch.compile(fn), *args)
         self.assertEqual(out, fn(*args))
+        self.assertEqual(len(logs.records), 2)  # the lowering's attach, the codegen's comment
+        self.assertIn("internal error: RuntimeError: boom", logs.output[0])
         self.assertEqual(counters["inductor"]["matmul_meta_fallback:attach"], 1)
         self.assertEqual(counters["inductor"]["matmul_meta_fallback:comment"], 1)
 

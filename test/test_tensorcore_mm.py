@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import os
 import pathlib
 import re
@@ -580,8 +581,11 @@ class TestTensorCoreMMFallback(TensorCoreMMTestCase):
         self.assertEqual(out, fn(x, w))
 
     def test_internal_error(self):
-        with mock.patch.object(heuristics, "plan", side_effect=RuntimeError("boom")):
+        with mock.patch.object(heuristics, "plan", side_effect=RuntimeError("boom")), \
+                self.assertLogs(mm_tensorcore.log, logging.WARNING) as logs:
             code = self.cuda_code(linear(), torch.randn(16, 64), torch.randn(32, 64), strict=False)
+        self.assertEqual(len(logs.records), 1)
+        self.assertIn("internal error: RuntimeError: boom", logs.output[0])
         self.assertStock(code, "tensorcore_mm_fallback:internal_error")
         stock = self.cuda_code(linear(), torch.randn(16, 64), torch.randn(32, 64), overlay=False)
         self.assertEqual(comparable(code), comparable(stock))

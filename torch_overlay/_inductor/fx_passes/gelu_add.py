@@ -228,7 +228,7 @@ def _check_match(
         )
     except Exception:
         counters[COUNTERS]["gelu_add_check_error"] += 1
-        log.debug("gelu_add: checking a match failed; left to stock Inductor", exc_info=True)
+        log.warning("gelu_add: checking a match failed; left to stock Inductor", exc_info=True)
         return False
     if spec is None:
         return False
@@ -328,7 +328,7 @@ def gelu_add(match: Match, *args: Any, x: Any, residual: Any) -> Any:
         result = lower_gelu_add(x, residual, spec)
     except Exception:
         counters[COUNTERS]["gelu_add_fallback"] += 1
-        log.debug("gelu_add: lowering failed; stock lowerings used instead", exc_info=True)
+        log.warning("gelu_add: lowering failed; stock lowerings used instead", exc_info=True)
         node = V.graph.current_node
         if GELU_ADD_META in node.meta:  # the kernel is stock's again: so is its name
             node.meta["original_aten"] = match.output_node().meta.get("original_aten")
@@ -415,7 +415,7 @@ def gelu_add_pass(graph: torch.fx.Graph) -> None:
         GELU_ADD_PASS.apply(graph)
     except Exception:
         counters[COUNTERS]["gelu_add_pass_error"] += 1
-        log.debug("gelu_add: the pattern pass failed; matches so far are kept", exc_info=True)
+        log.warning("gelu_add: the pattern pass failed; matches so far are kept", exc_info=True)
     for node in graph.nodes:
         spec = matched_spec(node)
         if spec is not None and GELU_ADD_META not in node.meta:

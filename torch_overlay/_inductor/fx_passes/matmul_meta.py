@@ -16,7 +16,8 @@ the autocast state is off while Inductor lowers. With ``config.autocast_matmul_m
 Logging: ``TORCH_LOGS="+inductor"`` (debug), or the artifact
 ``matmul_meta``. Anything this cannot read leaves stock Inductor as it is (no metadata,
 never a false autocast claim), counted in ``counters["inductor"]["matmul_meta_fallback:*"]``
-and logged at debug level; ``TORCHINDUCTOR_STRICT_FALLBACKS=1`` raises instead (tests).
+and logged (an internal error as a warning); ``TORCHINDUCTOR_STRICT_FALLBACKS=1`` raises
+instead (tests).
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ import dataclasses
 import inspect
 import logging
 import os
+import sys
 import threading
 from typing import Any, Iterator, Optional
 
@@ -120,9 +122,15 @@ def _count(what: str) -> None:
 
 
 def _fallback(reason: str, detail: Any = "") -> None:
-    """Count and log a place where stock behaviour stands (re-raise when strict)."""
+    """Count and log a place where stock behaviour stands (re-raise when strict): a graph
+    this does not read at debug level, an internal error as a warning."""
     _count(f"matmul_meta_fallback:{reason}")
-    log.debug("matmul_meta: %s %s: stock behaviour kept", reason, detail, exc_info=True)
+    error = sys.exc_info()[1]
+    if error is None or isinstance(error, _Unsupported):
+        log.debug("matmul_meta: %s %s: stock behaviour kept", reason, detail, exc_info=True)
+    else:
+        log.warning("matmul_meta: %s %s: stock behaviour kept after an internal error: %s: %s",
+                    reason, detail, type(error).__name__, error)
     if _strict():
         raise
 
