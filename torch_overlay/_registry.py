@@ -248,11 +248,16 @@ def digest(names: list[str], diffs: list[FileDiff]) -> str:
 
 def _add_config(config: Any, name: str, default: Any, kind: type) -> bool:
     """Declare ``config.name`` as config.py would; False if it exists already."""
-    from torch.utils._config_module import _Config, _ConfigEntry
+    try:
+        from torch.utils._config_module import _Config, _ConfigEntry
 
-    if name in config._config:
+        entries = config._config
+    except (ImportError, AttributeError) as e:  # private API: say what changed
+        raise OverlayError(f"cannot declare torch._inductor.config.{name}: this torch's config "
+                           f"module differs from torch 2.11's ({type(e).__name__}: {e})") from e
+    if name in entries:
         return False
-    config._config[name] = _ConfigEntry(_Config(default=default, value_type=kind))
+    entries[name] = _ConfigEntry(_Config(default=default, value_type=kind))
     config._is_dirty = True
     return True
 
