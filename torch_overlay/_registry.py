@@ -200,18 +200,34 @@ class Registry:
             self._install([n for n in self._enabled if n not in targets])
 
     def _install(self, names: list[str]) -> None:
-        """Make ``names`` the enabled set: flags, edits, cache-key digest."""
+        """Make ``names`` the enabled set: flags first (the edited code reads them), then
+        the edits, then the cache-key digest. A failure leaves the previous set in place."""
         import torch._inductor.config as inductor_config
 
         names = [n for n in self._overlays if n in names]  # series order
         diffs = [d for n in names for d in self.get(n).edits()]
-        for swap in reversed(self._swaps):
-            swap.restore()
+        added: dict[str, list[str]] = {}
         try:
-            swaps = plan_swaps([d for d in diffs if d.module != "torch._inductor.config"])
+            for name in names:
+                if name not in self._flags:
+                    added[name] = []
+                    for diff in self.get(name).edits():
+                        if diff.module == "torch._inductor.config":
+                            for entry, (default, kind) in config_declarations(diff).items():
+                                if _add_config(inductor_config, entry, default, kind):
+                                    added[name].append(entry)
+            for swap in reversed(self._swaps):
+                swap.restore()
+            try:
+                swaps = plan_swaps([d for d in diffs if d.module != "torch._inductor.config"])
+            except BaseException:
+                for swap in self._swaps:
+                    swap.apply()
+                raise
         except BaseException:
-            for swap in self._swaps:
-                swap.apply()
+            for entries in added.values():
+                for entry in entries:
+                    _remove_config(inductor_config, entry)
             raise
         for swap in swaps:
             swap.apply()
@@ -219,15 +235,9 @@ class Registry:
         for name in [n for n in self._flags if n not in names]:
             for entry in self._flags.pop(name):
                 _remove_config(inductor_config, entry)
-        for name in names:
-            if name not in self._flags:
-                self._flags[name] = []
-                for diff in self.get(name).edits():
-                    if diff.module == "torch._inductor.config":
-                        for entry, (default, kind) in config_declarations(diff).items():
-                            if _add_config(inductor_config, entry, default, kind):
-                                self._flags[name].append(entry)
-                setattr(inductor_config, self.get(name).flag, True)
+        self._flags.update(added)
+        for name in added:
+            setattr(inductor_config, self.get(name).flag, True)
         _remove_config(inductor_config, DIGEST_CONFIG)
         if names:
             _add_config(inductor_config, DIGEST_CONFIG, digest(names, diffs), str)
