@@ -57,6 +57,8 @@ compiles), 0.022 ms at 16x4096x4096 with x's cast kernel; the template 16x64x128
 in the kernel, 224 tiles) 0.041-0.042 ms at 16x14336x4096 (0.72), 16x32x128 (128 tiles)
 0.019 ms at 16x4096x4096 (0.53) and 0.052 at 16x4096x14336 (0.57: ``stream16_one_wave``);
 the gemv 0.044 ms at 1x14336x4096 (0.69), 0.017 at 1x4096x4096, 0.036 at 1x4096x14336.
+One row takes the gemv where it is predicted no slower than cuBLAS (one kernel in place
+of x's cast and cuBLAS), else stock; never the 16-row template (0.0475 ms at 1x14336x4096).
 
 The ceilings are the project's H200 measurements (../shared/reference/README.md);
 the efficiencies started as conservative leads (../shared/reference/fused-cast-probe-h200.txt:
@@ -623,6 +625,13 @@ def plan(p: Problem, dev: DeviceModel, allow_gemv: bool = True) -> Plan:
         return Plan("stock", "smem: no tile config fits shared memory", predictions=tuple(preds))
     best = min(preds[1:], key=lambda q: q.seconds)
     fused_bias = p.bias is not None and p.bias.castable
+    if gemv is not None and decode16(p, dev) and _FORCED.get("path") != "template":
+        # one row of a frozen weight: the gemv where it streams no slower than cuBLAS (one
+        # kernel for x's cast and cuBLAS), never a 16-row tile (H200, 1x14336x4096 in CUDA-
+        # graph replay: the template 0.0475 ms, the gemv 0.0438, cuBLAS 0.0437-0.0441)
+        if gemv.seconds <= stock.seconds:
+            return Plan("gemv", "predicted no slower, one kernel", predictions=(*preds, gemv))
+        return Plan("stock", "cost model: no clear win", predictions=(*preds, gemv))
     if (gemv is not None and gemv.seconds < best.seconds and _FORCED.get("path") != "template"
             and gemv.seconds <= stock.seconds * (1.0 - dev.margin)):
         return Plan("gemv", "predicted faster", predictions=(*preds, gemv))
