@@ -963,6 +963,181 @@ class TestTensorCoreMMGPU(TensorCoreMMTestCase):
             torch.testing.assert_close(got, want, atol=2e-2, rtol=5e-2)
 
 
+# ----------------------------------------------------------------------- freezing
+
+def frozen_linear(n, k, bias=True, seed=0):
+    """An fp32 nn.Linear whose parameters Inductor's freezing folds into bf16 constants."""
+    g = torch.Generator().manual_seed(seed)
+    lin = torch.nn.Linear(k, n, bias=bias).requires_grad_(False)
+    lin.weight.copy_(torch.randn(n, k, generator=g) / k**0.5)
+    if bias:
+        lin.bias.copy_(torch.randn(n, generator=g))
+    return lin
+
+
+def under_bf16_autocast(mod, x):
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        return mod(x)
+
+
+def constant_args(code, kernel):
+    """The arguments of ``kernel``'s launch in the wrapper."""
+    m = re.search(rf"{kernel}\.run\(([^)]*)\)", "\n".join(code))
+    assert m is not None, kernel
+    return [a.strip() for a in m.group(1).split(",")]
+
+
+class TestTensorCoreMMFreezing(TensorCoreMMTestCase):
+    """``torch._inductor.config.freezing`` (issue 17): the autocast casts of fp32 parameters
+    are folded into bf16 constants before this lowering runs; the matmul reads them as
+    stored, never an fp32 weight, and the decode kernels stream them where the cost model
+    predicts a win over cuBLAS. GPU-free, for the H200."""
+
+    def frozen_code(self, mod, x, overlay=True):
+        with torch.no_grad(), inductor_config.patch(freezing=True):
+            return self.cuda_code(under_bf16_autocast, mod, x, overlay=overlay)
+
+    def assertReadsBf16Constants(self, code, kernel):
+        src = kernel_source(code, kernel)
+        signature = re.search(r"'signature': \{([^}]*)\}", src).group(1)
+        args = constant_args(code, kernel)
+        frozen = [i for i, a in enumerate(args) if a.startswith("_frozen_param")]
+        self.assertTrue(frozen, args)
+        types = re.findall(r"'(\w+)': '(\*?\w+)'", signature)
+        for i in frozen:  # each frozen constant is read as bf16
+            self.assertEqual(types[i][1], "*bf16", (args[i], types))
+        # the fp32 parameters are not arguments of the graph
+        self.assertNotRegex("\n".join(code), r"_frozen_param\d+ = None  # [^\n]*torch\.float32 \((4096|14336), ")
+
+    def test_golden_frozen_decode(self):
+        # M=16, 4096x4096: one template kernel reads the fp32 x (cast in registers), the
+        # bf16 weight and bias constants freezing folded; no cast kernel, no cuBLAS call
+        code = self.frozen_code(frozen_linear(4096, 4096), torch.randn(16, 4096))
+        self.assertTemplate(code)
+        self.assertEqual(self.counts["tensorcore_mm_template_frozen"], 1)
+        (kernel,) = template_kernels(code)
+        self.assertReadsBf16Constants(code, kernel)
+        self.assertNotIn("extern_kernels.", "\n".join(code))
+        self.assertExpectedCode(code)
+
+    def test_golden_frozen_gemv(self):
+        # M=1: the gemv reduction over K reads the bf16 weight constant (K contiguous)
+        code = self.frozen_code(frozen_linear(4096, 4096), torch.randn(1, 4096))
+        self.assertEqual(self.counts["tensorcore_mm_gemv_frozen"], 1, dict(self.counts))
+        self.assertEqual(template_kernels(code) + cast_kernels(code), [])
+        (kernel,) = re.findall(r"(triton_red_fused_\w+?_\d+)\.run\(", "\n".join(code))
+        self.assertReadsBf16Constants(code, kernel)
+        # x (fp32) rounded to bf16 in registers; the weight loaded as bf16, then fp32 sums
+        FileCheck().check("tl.load(in_ptr0").check("tl.load(in_ptr1").check(
+            ".to(tl.bfloat16)").check("tl.sum").check("tl.store").run(kernel_source(code, kernel))
+        self.assertExpectedCode(code)
+
+    def test_frozen_prefill_is_frozen_stock(self):
+        # M=256: cuBLAS on the bf16 constant, as frozen stock (same code, metadata aside)
+        mod, x = frozen_linear(1024, 4096), torch.randn(256, 4096)
+        code = self.frozen_code(mod, x)
+        self.assertEqual(template_kernels(code), [])
+        self.assertGreaterEqual(self.counts["tensorcore_mm_stock:cost_model"], 1, dict(self.counts))
+        stock = self.frozen_code(mod, x, overlay=False)
+        self.assertEqual(comparable(code), comparable(stock))
+        self.assertIn("extern_kernels.addmm(_frozen_param", "\n".join(code))
+
+    def test_frozen_16bit_x_where_cublas_is_not_beaten_is_stock(self):
+        # x already bf16 (a norm's output in a model), 16x4096x4096: the template would
+        # only stream the weight about as cuBLAS does: stock, counted as such
+        def fn(mod, x):
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                return mod(torch.relu(x).to(torch.bfloat16))
+
+        mod, x = frozen_linear(4096, 4096, bias=False), torch.randn(16, 4096)
+        with torch.no_grad(), inductor_config.patch(freezing=True):
+            code = self.cuda_code(fn, mod, x)
+        self.assertEqual(template_kernels(code), [])
+        self.assertEqual(self.counts["tensorcore_mm_stock:cost_model_frozen"], 1, dict(self.counts))
+
+    def test_frozen_concatenated_linears(self):
+        # freezing concatenates linears that share their input (Llama's w1, w3) into one
+        # mm traced anew, without autocast's marks: still a bf16 mm of a frozen weight
+        class GatedUp(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.w1 = frozen_linear(14336, 4096, bias=False, seed=1)
+                self.w3 = frozen_linear(14336, 4096, bias=False, seed=2)
+
+            def forward(self, x):
+                return F.silu(self.w1(x)) * self.w3(x)
+
+        code = self.frozen_code(GatedUp(), torch.randn(16, 4096))
+        self.assertEqual(self.counts["tensorcore_mm_template_frozen"], 1, dict(self.counts))
+        (kernel,) = template_kernels(code)
+        self.assertReadsBf16Constants(code, kernel)
+        self.assertRegex("\n".join(code), r"torch\.bfloat16 \(4096, 28672\)")  # w1|w3, one constant
+
+    def test_frozen_distinct_constants_stay_distinct(self):
+        # the harness keeps two frozen parameters of one shape apart (their FakeTensors
+        # share data_ptr 0, which Inductor's constant dedup would otherwise merge)
+        class Two(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.a, self.b = frozen_linear(256, 256, seed=1), frozen_linear(256, 256, seed=2)
+
+            def forward(self, x):
+                return self.a(x) + self.b(x)
+
+        code = self.frozen_code(Two(), torch.randn(4, 256), overlay=False)
+        consts = set(re.findall(r"^(_frozen_param\d+) = None  # [^\n]*\(256, 256\)", "\n".join(code), re.M))
+        self.assertEqual(len(consts), 2, consts)
+
+    def test_plans_for_a_frozen_weight(self):
+        op = heuristics.Operand
+
+        def problem(m, n, k, x_fp32=True):
+            return heuristics.Problem("addmm" if x_fp32 else "mm", 1, m, n, k, op(m * k, x_fp32),
+                                      op(n * k, False), op(n, False) if x_fp32 else None,
+                                      weight16=True)
+
+        paths = {mnk: heuristics.plan(problem(*mnk), H200).path for mnk in [
+            (1, 4096, 4096), (16, 4096, 4096), (16, 14336, 4096), (1, 4096, 14336),
+            (1, 14336, 4096), (64, 14336, 4096), (256, 14336, 4096), (16, 4096, 14336)]}
+        self.assertEqual(paths, {
+            (1, 4096, 4096): "gemv", (16, 4096, 4096): "template", (16, 14336, 4096): "template",
+            # one row: the gemv, never a 16-row tile (H200: 0.0438 ms against 0.0475)
+            (1, 4096, 14336): "gemv", (1, 14336, 4096): "gemv",
+            # beyond decode, and where one tile an SM streams no faster than cuBLAS: stock
+            (64, 14336, 4096): "stock", (256, 14336, 4096): "stock", (16, 4096, 14336): "stock"})
+        plan = heuristics.plan(problem(16, 14336, 4096), H200)
+        self.assertFalse(plan.fused_b)  # the weight is read as stored, 2 bytes an element
+        self.assertTrue(plan.fused_a)
+        # batched, or a device without the cuBLAS rate measured: as before (no 16-bit path)
+        batched = dataclasses.replace(problem(16, 14336, 4096, x_fp32=False), op="bmm", batch=2)
+        self.assertEqual(heuristics.plan(batched, H200).path, "stock")
+        unknown = dataclasses.replace(H200, stream_cublas16=0.0)
+        self.assertEqual(heuristics.plan(problem(16, 14336, 4096, x_fp32=False), unknown).path,
+                         "stock")
+
+    @requires_cuda_gpu
+    @parametrize("mnk", [(1, 4096, 4096), (16, 4096, 4096), (1, 14336, 4096), (16, 14336, 4096),
+                         (4, 14336, 4096), (1, 4096, 14336), (64, 14336, 4096)],
+                 name_fn=lambda mnk: "x".join(map(str, mnk)))
+    def test_frozen_values_GPU(self, mnk):
+        # against eager autocast on the fp32 parameters and an fp64 reference
+        m, n, k = mnk
+        lin = frozen_linear(n, k).to(GPU_TYPE)
+        x = torch.randn(m, k, device=GPU_TYPE)
+        torch._dynamo.reset()
+        torch_overlay.enable(["tensorcore_mm"])
+        try:
+            with (torch.no_grad(), inductor_config.patch(freezing=True, fx_graph_cache=False),
+                  functorch_config.patch(enable_autograd_cache=False)):
+                out, code = run_and_get_code(torch.compile(under_bf16_autocast), lin, x)
+        finally:
+            torch_overlay.disable()
+        self.assertIn("_frozen_param", "\n".join(code))
+        refs = numerics.references(linear(), F.linear, [x, lin.weight, lin.bias], BF16)
+        c = numerics.compare(out, refs, BF16)
+        self.assertTrue(numerics.verdict(c), c)
+
+
 def emulate_fp64(op, inputs):
     d = [t.double() for t in inputs]
     if op == "mm":
@@ -978,6 +1153,7 @@ instantiate_parametrized_tests(TestCostModel)
 instantiate_parametrized_tests(TestTensorCoreMMCodegen)
 instantiate_parametrized_tests(TestTensorCoreMMGPU)
 instantiate_parametrized_tests(TestValueCriterion)
+instantiate_parametrized_tests(TestTensorCoreMMFreezing)
 
 if __name__ == "__main__":
     run_tests()

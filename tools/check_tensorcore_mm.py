@@ -25,6 +25,11 @@
 
 5. epilogue: gelu(F.linear(x, w, b)) + r through the template, forced configs against
    stock and addmm_act (issue 6, part 3).
+7. freezing (only when asked: --parts freezing): issue 17, stock, stock + Inductor
+   freezing, the overlay and the overlay + freezing side by side on fp32 nn.Linear and a
+   two-layer Llama-style decode step under bf16 autocast (no_grad), with numerics of the
+   overlay + freezing against eager and fp64; 'freezing-variants': forced decode kernels
+   on the frozen bf16 weight, to calibrate the 16-bit rates of the cost model.
 6. limits (only when asked: --parts limits): what bounds the targets the template
    misses. The time of a pure read of the fp32 weight (a Triton streaming read,
    torch.sum, the cast); the best decode kernel of each class Triton offers (pointer
@@ -980,6 +985,331 @@ def part_limits() -> None:
                 f"{s:.2f} s ({s / stock_s:.2f}x)", summary=True)
 
 
+# ------------------------------------------------------------------------ 7. freezing
+
+FREEZING_SHAPES = [(1, 14336, 4096), (16, 14336, 4096), (64, 14336, 4096), (256, 14336, 4096),
+                   (1024, 14336, 4096), (1, 4096, 4096), (16, 4096, 4096), (4, 14336, 4096),
+                   (1, 4096, 14336), (16, 4096, 14336)]
+FREEZING_MODES = ("stock", "stock+freezing", "overlay", "overlay+freezing")
+
+
+class LlamaBlock(torch.nn.Module):
+    """A Llama-style decoder layer: RMSNorm, GQA attention over a KV cache, SwiGLU MLP."""
+
+    def __init__(self, d: int, heads: int, kv_heads: int, ffn: int) -> None:
+        super().__init__()
+        lin = lambda i, o: torch.nn.Linear(i, o, bias=False)  # noqa: E731
+        self.h, self.kvh, self.hd = heads, kv_heads, d // heads
+        self.wq, self.wk, self.wv, self.wo = lin(d, d), lin(d, kv_heads * self.hd), \
+            lin(d, kv_heads * self.hd), lin(d, d)
+        self.w1, self.w3, self.w2 = lin(d, ffn), lin(d, ffn), lin(ffn, d)
+        self.n1, self.n2 = torch.nn.Parameter(torch.ones(d)), torch.nn.Parameter(torch.ones(d))
+
+    @staticmethod
+    def norm(x, w):
+        xf = x.float()
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-5)).type_as(x) * w
+
+    @staticmethod
+    def rope(x, cos, sin):
+        x1, x2 = x.chunk(2, -1)
+        return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), -1)
+
+    def forward(self, x, cos, sin, kc, vc):
+        B, S, D = x.shape
+        hx = self.norm(x, self.n1)
+        q = self.rope(self.wq(hx).view(B, S, self.h, self.hd), cos, sin)
+        k = self.rope(self.wk(hx).view(B, S, self.kvh, self.hd), cos, sin)
+        v = self.wv(hx).view(B, S, self.kvh, self.hd)
+        k = torch.cat([kc, k.transpose(1, 2).to(kc.dtype)], 2)
+        v = torch.cat([vc, v.transpose(1, 2).to(vc.dtype)], 2)
+        q = q.transpose(1, 2).reshape(B, self.kvh, (self.h // self.kvh) * S, self.hd)
+        a = torch.softmax((q @ k.transpose(2, 3)).float() * self.hd ** -0.5, -1).to(v.dtype)
+        o = (a @ v).view(B, self.h, S, self.hd).transpose(1, 2).reshape(B, S, D)
+        x = x + self.wo(o)
+        hx = self.norm(x, self.n2)
+        return x + self.w2(F.silu(self.w1(hx)) * self.w3(hx))
+
+
+class Llama(torch.nn.Module):
+    """Two Llama-3-8B-sized layers (d 4096, 32 heads, 8 KV heads, ffn 14336), fp32."""
+
+    def __init__(self, layers: int = 2, d: int = 4096, heads: int = 32, kv_heads: int = 8,
+                 ffn: int = 14336) -> None:
+        super().__init__()
+        self.layers = torch.nn.ModuleList(LlamaBlock(d, heads, kv_heads, ffn) for _ in range(layers))
+
+    def forward(self, x, cos, sin, *caches):
+        for i, layer in enumerate(self.layers):
+            x = layer(x, cos, sin, caches[2 * i], caches[2 * i + 1])
+        return LlamaBlock.norm(x, torch.ones_like(x[0, 0]))
+
+
+def llama_decode_inputs(model: Llama, batch: int, ctx: int = 512, seed: int = 0):
+    g = torch.Generator(device=DEV).manual_seed(seed)
+    blk = model.layers[0]
+    x = torch.randn(batch, 1, blk.h * blk.hd, device=DEV, generator=g)
+    ang = torch.randn(1, 1, 1, blk.hd // 2, device=DEV, generator=g)
+    caches = [torch.randn(batch, blk.kvh, ctx, blk.hd, device=DEV, generator=g).to(BF16)
+              for _ in range(2 * len(model.layers))]
+    return [x, ang.cos(), ang.sin(), *caches]
+
+
+def code_paths(code: list[str]) -> str:
+    """What the matmuls became: gemv reductions, templates, extern (cuBLAS) calls."""
+    import re
+
+    src = "\n".join(code)
+    calls = re.findall(r"extern_kernels\.(\w+)\(", src)
+    tem = len(set(re.findall(r"(triton_tem_fused_\w+?_\d+)\.run\(", src)))
+    red = len([k for k in set(re.findall(r"(triton_red_fused_\w+?_\d+)\.run\(", src))
+               if "mm" in k])
+    parts = [f"{n}x{c}" for c, n in sorted({c: calls.count(c) for c in calls}.items())]
+    return " ".join(parts + ([f"tem x{tem}"] if tem else []) + ([f"red-mm x{red}"] if red else []))
+
+
+FREEZING_BEFORE = "overlay+freezing(before)"
+_FN_IDS = __import__("itertools").count()
+
+
+def _fresh_fn(body: Callable) -> Callable:
+    """``body`` behind a code object of its own: Dynamo caches compiles per code object,
+    so each mode's compile stays valid while the next mode compiles (no reset between)."""
+    ns: dict[str, Any] = {"body": body}
+    name = f"fn_{next(_FN_IDS)}"
+    exec(f"def {name}(*args):\n    return body(*args)\n", ns)  # noqa: S102
+    return ns[name]
+
+
+@contextlib.contextmanager
+def _without_decode16():
+    """The overlay as it was before issue 17's 16-bit decode path: stream_cublas16 = 0."""
+    from torch_overlay._inductor.template_heuristics import tensorcore_mm as h
+
+    saved = {k: dict(v) for k, v in h.DEVICE_MODELS.items()}
+    for v in h.DEVICE_MODELS.values():
+        v["stream_cublas16"] = 0.0
+    try:
+        yield
+    finally:
+        h.DEVICE_MODELS.clear()
+        h.DEVICE_MODELS.update(saved)
+
+
+def _frozen_compile(body: Callable, args: list, mode: str, forced=None):
+    """(compiled, code paths, output, counts) of ``body`` compiled in ``mode`` (one of
+    FREEZING_MODES or FREEZING_BEFORE) under torch.no_grad(), its first call the compile."""
+    import torch._inductor.config as inductor_config
+
+    from torch_overlay._inductor.template_heuristics import tensorcore_mm as h
+
+    freezing = "+freezing" in mode
+    compiled = compile_fn(_fresh_fn(body), mode.split("+")[0], fresh=False)
+    with (torch.no_grad(), no_caches(), inductor_config.patch(freezing=freezing),
+          h.forced(*forced) if forced else contextlib.nullcontext(),
+          _without_decode16() if mode == FREEZING_BEFORE else contextlib.nullcontext()):
+        out, code = _run_and_get_code_no_reset(compiled, *args)
+        counts = overlay_counts()
+        compiled(*args)
+    torch_overlay.disable()
+    return compiled, code_paths(code), out, counts
+
+
+def _run_and_get_code_no_reset(fn: Callable, *args: Any):
+    """``torch._inductor.utils.run_and_get_code`` without its ``torch._dynamo.reset()``:
+    that reset drops every function compiled before, which then recompiles at its next
+    call under the config of that moment (freezing off, overlays off) and is timed as
+    stock non-frozen code: modes timed side by side after such a reset all read ~stock."""
+    from unittest import mock
+
+    from torch._inductor.graph import GraphLowering
+
+    codes: list[str] = []
+    with mock.patch.object(GraphLowering, "save_output_code", codes.append):
+        out = fn(*args)
+    return out, codes
+
+
+def _time_rounds(compiled: dict, args: list, rounds: int = 3) -> dict:
+    """mode -> (median over rounds of do_bench medians, min, max, CUDA-graph ms), the
+    modes interleaved round by round (the weight read rate moves between calls)."""
+    times: dict[str, list[float]] = {m: [] for m in compiled}
+    with torch.no_grad():
+        for _ in range(rounds):
+            for mode, fn in compiled.items():
+                times[mode].append(median_ms(lambda: fn(*args)))
+        out = {}
+        for mode, fn in compiled.items():
+            out[mode] = (statistics.median(times[mode]), min(times[mode]), max(times[mode]),
+                         graph_ms(lambda: fn(*args)))
+    return out
+
+
+def _freezing_row(body: Callable, args: list, modes: tuple, forced=None):
+    torch._dynamo.reset()
+    compiled, info = {}, {}
+    for mode in modes:
+        fn, paths, out, counts = _frozen_compile(body, args, mode, forced)
+        compiled[mode], info[mode] = fn, (paths, out, counts)
+    t = _time_rounds(compiled, args)
+    torch._dynamo.reset()
+    return t, info
+
+
+def _fmt_times(t: dict, modes: tuple) -> str:
+    return " ".join(f"{t[m][0]:8.4f}/{t[m][3]:7.4f}" for m in modes)
+
+
+def _log_row(label: str, t: dict, modes: tuple, tail: str) -> None:
+    sf, of = t["stock+freezing"], t["overlay+freezing"]
+    log(f"{label:24} {_fmt_times(t, modes)}  {sf[0] / of[0]:5.2f}x {sf[3] / of[3]:5.2f}x  {tail}",
+        summary=True)
+    log("   spread (min-max do_bench): " + "; ".join(
+        f"{mode} {t[mode][1]:.4f}-{t[mode][2]:.4f}" for mode in modes))
+
+
+def _numerics(c: dict) -> str:
+    return (f"err {c['err']:.2e} (eager {c['eager_err']:.2e}) ulps {c['ulps']:.2f} "
+            f"mism {c['mismatch']:.4f} {'ok' if verdict(c) else 'FAIL'}")
+
+
+def part_freezing(budget_s: float) -> None:
+    """Issue 17: the overlay against Inductor's freezing (fp32 parameters, bf16 autocast,
+    inference): stock, stock + freezing, overlay, overlay + freezing side by side, and the
+    overlay + freezing as it was before (its 16-bit decode path off)."""
+    modes = (*FREEZING_MODES, FREEZING_BEFORE)
+    log("\n== 7. freezing: fp32 nn.Linear / Llama decode under bf16 autocast, no_grad; ms as "
+        "do_bench median (L2 flushed; median of 3 interleaved rounds) / CUDA-graph replay ==")
+    header = " ".join(f"{m:>16}" for m in modes)
+    log(f"{'case':24} {header}  ovl+fz/stock+fz (do_bench, graph)  numerics (overlay+freezing)",
+        summary=True)
+    for m, n, k in FREEZING_SHAPES:
+        if elapsed() > budget_s:
+            log(f"  freezing skipped from {(m, n, k)} on: time budget")
+            break
+        with guarded(f"freezing linear {(m, n, k)}"):
+            torch.manual_seed(0)
+            lin = torch.nn.Linear(k, n).to(DEV).requires_grad_(False)
+            x = torch.randn(m, k, device=DEV)
+
+            def body(x):
+                with autocast(BF16):
+                    return lin(x)
+
+            t, info = _freezing_row(body, [x], modes)
+            w, b = lin.weight, lin.bias
+            c = compare(info["overlay+freezing"][1],
+                        references(lambda x, w, b: F.linear(x, w, b), F.linear, [x, w, b], BF16), BF16)
+            if not verdict(c):
+                FAILURES.append(f"freezing {(m, n, k)} values: {c}")
+            _log_row("linear %dx%dx%d" % (m, n, k), t, modes, _numerics(c))
+            log("   paths: " + "; ".join(f"{mode}: {info[mode][0]} {info[mode][2]}" for mode in modes))
+            del lin, t, info
+    with guarded("freezing bmm"):
+        # a batched weight (a parameter of [B, N, K]) under freezing
+        g = torch.Generator(device=DEV).manual_seed(0)
+        wb = torch.nn.Parameter(torch.randn(8, 1024, 4096, device=DEV, generator=g) / 64,
+                                requires_grad=False)
+        xb = torch.randn(8, 16, 4096, device=DEV, generator=g)
+
+        def bbody(x):
+            with autocast(BF16):
+                return torch.bmm(x, wb.transpose(1, 2))
+
+        t, info = _freezing_row(bbody, [xb], modes)
+        bmm_t = lambda x, w: torch.bmm(x, w.transpose(1, 2))  # noqa: E731
+        c = compare(info["overlay+freezing"][1], references(bmm_t, bmm_t, [xb, wb], BF16), BF16)
+        if not verdict(c):
+            FAILURES.append(f"freezing bmm values: {c}")
+        _log_row("bmm 8x16x1024x4096", t, modes, _numerics(c))
+        log("   paths: " + "; ".join(f"{mode}: {info[mode][0]} {info[mode][2]}" for mode in modes))
+    for batch in (1, 16):
+        if elapsed() > budget_s:
+            break
+        with guarded(f"freezing llama B={batch}"):
+            torch.manual_seed(0)
+            model = Llama().to(DEV).requires_grad_(False)
+            for blk in model.layers:  # norms away from 1: their weights are read too
+                blk.n1.uniform_(0.5, 1.5)
+                blk.n2.uniform_(0.5, 1.5)
+            args = llama_decode_inputs(model, batch)
+
+            def mbody(*a):
+                with autocast(BF16):
+                    return model(*a)
+
+            t, info = _freezing_row(mbody, args, modes)
+            with torch.no_grad():
+                eager = mbody(*args).float()
+                ref = model.double()(*[a.double() for a in args])
+                model.float()
+            out = info["overlay+freezing"][1].float()
+            stock_out = info["stock+freezing"][1].float()
+            rel = lambda v: ((v.double() - ref).norm() / ref.norm()).item()  # noqa: E731
+            if rel(out) > 1.05 * rel(eager) + 1e-6:
+                FAILURES.append(f"freezing llama B={batch}: rel err {rel(out):.2e} vs eager {rel(eager):.2e}")
+            _log_row("Llama decode B=%d" % batch, t, modes,
+                     f"rel err vs fp64 {rel(out):.2e} (eager {rel(eager):.2e}, stock+fz "
+                     f"{rel(stock_out):.2e}), max |ovl+fz - eager| {(out - eager).abs().max().item():.2e}")
+            log("   paths: " + "; ".join(f"{mode}: {info[mode][0]} {info[mode][2]}" for mode in modes))
+            del model, t, info
+
+
+def part_freezing_variants(budget_s: float) -> None:
+    """The decode kernels on a frozen bf16 weight, forced, against frozen stock (CUDA-graph
+    replays, so launch overhead does not hide the weight read): what the cost model's
+    16-bit rates (stream16, stream_gemv16, stream_cublas16) are."""
+    from torch_overlay._inductor.template_heuristics import tensorcore_mm as h
+
+    T = h.TileConfig
+    log("\n== 7b. freezing variants: forced decode kernels on the frozen bf16 weight; "
+        "CUDA-graph ms (do_bench median) ==")
+    thin = [T(16, 64, 128, 8, 4, 3), T(16, 64, 128, 8, 4, 6), T(16, 32, 128, 8, 4, 6),
+            T(16, 16, 128, 8, 4, 6), T(16, 16, 256, 8, 4, 4)]
+    cases = [(1, 14336, 4096), (16, 14336, 4096), (16, 4096, 4096), (16, 4096, 14336)]
+    for m, n, k in cases:
+        if elapsed() > budget_s:
+            break
+        torch.manual_seed(0)
+        lin = torch.nn.Linear(k, n).to(DEV).requires_grad_(False)
+        x = torch.randn(m, k, device=DEV)
+
+        def body(x):
+            with autocast(BF16):
+                return lin(x)
+
+        with guarded(f"freezing variants {(m, n, k)}"):
+            mb = n * k * 2 / 1e6
+            rows = {"stock+freezing": None, "overlay+freezing": None}
+            if m == 1:
+                rows["gemv"] = ("gemv",)
+            for fused in ((True, False), (False, False)):
+                for cfg in thin:
+                    rows[f"x{'fp32' if fused[0] else 'bf16'} {cfg}"] = ("template", fused, cfg)
+            torch._dynamo.reset()
+            compiled, paths = {}, {}
+            for label, forced in rows.items():
+                if elapsed() > budget_s:
+                    break
+                mode = "stock+freezing" if label == "stock+freezing" else "overlay+freezing"
+                try:
+                    compiled[label], paths[label], _, _ = _frozen_compile(body, [x], mode, forced)
+                except Exception as e:  # noqa: BLE001 - a config that does not compile
+                    log(f"  {label}: {type(e).__name__}: {str(e)[:100]}")
+            t = _time_rounds(compiled, [x], rounds=2)
+            torch._dynamo.reset()
+            stock = t["stock+freezing"]
+            log(f"{m}x{n}x{k}: frozen stock graph {stock[3]:.4f} ms ({mb / 1e3 / stock[3]:.2f} TB/s "
+                f"of the bf16 weight), do_bench {stock[0]:.4f}", summary=True)
+            for label, v in t.items():
+                if label == "stock+freezing":
+                    continue
+                log(f"  {label:34} graph {v[3]:.4f} ({mb / 1e3 / v[3]:.2f} TB/s, "
+                    f"{stock[3] / v[3]:.2f}x)  do_bench {v[0]:.4f} ({stock[0] / v[0]:.2f}x) "
+                    f"[{paths[label]}]", summary=True)
+        del lin
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--parts", default="values,training,perf,variants")
@@ -1030,6 +1360,10 @@ def main() -> int:
         variants += part_epilogue(args.budget_s)
     if "limits" in parts:
         part_limits()
+    if "freezing-variants" in parts:  # first: 0.4 of the budget
+        part_freezing_variants(elapsed() + 0.4 * args.budget_s)
+    if "freezing" in parts:
+        part_freezing(args.budget_s)
     log("\n==== details ====")
     for line in SUMMARY:
         print(line)

@@ -161,6 +161,21 @@ def fake_cuda(profile: GPUProfile) -> Iterator[None]:
         mock.patch.object(joint_graph, "lazy_init",
                           lambda input_device=None: lazy_init(torch.device("cpu")))
     )
+    # Inductor names equal constants once, "equal" meaning the same storage by data_ptr;
+    # every FakeTensor's is 0, so freezing's distinct parameters of one shape would be
+    # generated as one constant: compare the storages themselves.
+    import torch._inductor.graph as inductor_graph
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    is_same_tensor = inductor_graph.is_same_tensor
+
+    def is_same_fake_tensor(data: torch.Tensor, value: torch.Tensor) -> bool:
+        if isinstance(data, FakeTensor) or isinstance(value, FakeTensor):
+            return (is_same_tensor(data, value)
+                    and data.untyped_storage()._cdata == value.untyped_storage()._cdata)
+        return is_same_tensor(data, value)
+
+    patches.append(mock.patch.object(inductor_graph, "is_same_tensor", is_same_fake_tensor))
     with contextlib.ExitStack() as stack:
         for p in patches:
             stack.enter_context(p)

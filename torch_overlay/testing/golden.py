@@ -22,6 +22,8 @@ VOLATILE = (
     (re.compile(r"# kernel path: \S+"), "# kernel path: <cache>"),
     # hash of the Triton build and ptxas on the machine that compiled
     (re.compile(r"'backend_hash': '[0-9A-F]{64}'"), "'backend_hash': '<backend_hash>'"),
+    # a constant's address in the wrapper's comment (freezing's _frozen_param<N>)
+    (re.compile(r"^(\w+ = None  # device\(.*\)) [0-9a-f]{6,}$", re.M), r"\1 <addr>"),
 )
 
 GRAPH_SEPARATOR = "\n# ---- next graph ----\n"

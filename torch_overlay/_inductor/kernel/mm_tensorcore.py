@@ -233,6 +233,25 @@ def _operand(node: torch.fx.Node, i: int, given: Any, dtype: torch.dtype,
     return given, fp32, src.cast_shared
 
 
+def _constant(node: torch.fx.Node, i: int, given: Any, dtype: torch.dtype) -> bool:
+    """Operand ``i`` is a ``dtype`` constant of the graph, read as stored.
+
+    Under ``torch._inductor.config.freezing`` Inductor folds the autocast cast of each
+    fp32 parameter (and F.linear's transpose of it) into a 16-bit constant before the
+    post-grad passes and this lowering run: the matmul reads a ``get_attr`` of the
+    compute dtype, with no fp32 tensor behind it (``_source`` finds none). Views in
+    front of it are looked through, as ``_source`` does.
+    """
+    arg = node.args[i]
+    depth = 0
+    while (isinstance(arg, torch.fx.Node) and arg.op == "call_function" and depth < 8
+           and arg.target in _VIEW_OPS and isinstance(arg.args[0], torch.fx.Node)):
+        arg, depth = arg.args[0], depth + 1
+    val = _val(arg)
+    return (isinstance(arg, torch.fx.Node) and arg.op == "get_attr" and val is not None
+            and val.dtype == dtype and given.get_dtype() == dtype and _materialized(given))
+
+
 def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
     """Lower with the template, or raise _Decline."""
     from ..template_heuristics import tensorcore_mm as heuristics
@@ -262,6 +281,13 @@ def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
     elif epilogue is not None and meta.output_dtype in _HALF:
         # a 16-bit matmul that a gelu-add closes: the template fuses it where cuBLAS cannot
         dtype = meta.output_dtype
+    elif (meta.output_dtype in _HALF and bias_i is None
+          and all(d == meta.output_dtype for d in meta.compute_dtypes)
+          and _constant(node, b_i, args[b_i], meta.output_dtype)):
+        # a 16-bit mm of a frozen weight that lost autocast's marks: freezing concatenates
+        # the weights of linears that share an input (Llama's w1|w3) and traces the new
+        # mm anew; a cuBLAS 16-bit GEMM, fp32 accumulation, as the decode kernels
+        dtype = meta.output_dtype
     else:
         # fp32 outside autocast included: stock uses TF32 only as the user allows
         raise _Decline("not_autocast")
@@ -286,7 +312,9 @@ def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
     bias_shared = False
     if bias_i is not None:
         bias16, bias32, bias_shared = _operand(node, bias_i, args[bias_i], dtype, meta_mod)
-    if a32 is None and b32 is None and epilogue is None:
+    # a frozen 16-bit weight: the decode kernels may stream it faster than cuBLAS
+    weight16 = b32 is None and _constant(node, b_i, mat2, dtype)
+    if a32 is None and b32 is None and epilogue is None and not weight16:
         raise _Decline("no_fp32_operand", fallback=False)
 
     sizevars = V.graph.sizevars
@@ -302,6 +330,7 @@ def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
         None if bias_i is None else heuristics.Operand(
             int(hint(ir.sympy_product(args[bias_i].get_size()))), bias32 is not None, bias_shared),
         epilogue,
+        weight16=weight16,
     )
     dynamic_m = not isinstance(m, int) and not getattr(m, "is_number", False)
     if dynamic_m:
@@ -316,8 +345,13 @@ def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
         bias = None
         if bias_i is not None:
             bias = bias32 if bias32 is not None and not bias_shared else bias16
+        if weight16 and not _materialized(a):
+            # a 16-bit x computed in front (a norm): once, not again for every column
+            a = realize_inputs(a)
         result, sums = _lower_gemv(a, b, bias, kwargs.get("alpha", 1), kwargs.get("beta", 1), dtype)
         _count("tensorcore_mm_gemv")
+        if weight16:
+            _count("tensorcore_mm_gemv_frozen")
         meta_mod.attach_matmul_meta(sums, node)  # the buffer the reduction kernel computes
         return result
     if the_plan.path != "template":
@@ -325,6 +359,8 @@ def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
             raise _Decline("smem")
         if the_plan.reason.startswith("dynamic M"):
             raise _Decline("dynamic_m_range", fallback=False)
+        if weight16 and a32 is None and epilogue is None:
+            raise _Decline("cost_model_frozen", fallback=False)
         raise _Decline("cost_model", fallback=False)
 
     a = a32 if the_plan.fused_a else a16
@@ -350,6 +386,8 @@ def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
         choices.extend(_stock_choices(op, kernel_inputs, layout, dtype))
     result = autotune_select_algorithm(name, choices, kernel_inputs.nodes(), layout)
     _count("tensorcore_mm_template")
+    if weight16:
+        _count("tensorcore_mm_template_frozen")
     if epilogue is not None:
         _count("tensorcore_mm_template_gelu_add")
     # matmul_meta records the metadata of the IR a matmul lowers to

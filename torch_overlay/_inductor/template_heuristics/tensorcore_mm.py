@@ -46,6 +46,20 @@ template writes the epilogue's output instead, after its main loop (not hidden a
 one block an SM), and may then pay with no operand cast in the kernel (16-bit
 operands: ``template[16-bit]``).
 
+A frozen 16-bit weight (``Problem.weight16``: Inductor's freezing folds autocast's cast
+of an fp32 parameter into a bf16 constant before this lowering runs) has no cast to fuse,
+but cuBLAS streams it at decode well below the copy rate. At M <= 16 (``decode16``) the
+stock path is ``max(F/P, bytes16/(BW·stream_cublas16))``, and the gemv reduction (M = 1)
+and the thin-tile template read the weight as stored (``stream_gemv16``, ``stream16``).
+H200 (``check_tensorcore_mm.py --parts freezing,freezing-variants``, 2026-11-23): frozen
+cuBLAS 0.044 ms at 1/4/16x14336x4096 (117 MB, 0.63 of copy_bw; 0.09-0.11 ms in some
+compiles), 0.022 ms at 16x4096x4096 with x's cast kernel; the template 16x64x128 (x fp32
+in the kernel, 224 tiles) 0.041-0.042 ms at 16x14336x4096 (0.72), 16x32x128 (128 tiles)
+0.019 ms at 16x4096x4096 (0.53) and 0.052 at 16x4096x14336 (0.57: ``stream16_one_wave``);
+the gemv 0.044 ms at 1x14336x4096 (0.69), 0.017 at 1x4096x4096, 0.036 at 1x4096x14336.
+One row takes the gemv where it is predicted no slower than cuBLAS (one kernel in place
+of x's cast and cuBLAS), else stock; never the 16-row template (0.0475 ms at 1x14336x4096).
+
 The ceilings are the project's H200 measurements (../shared/reference/README.md);
 the efficiencies started as conservative leads (../shared/reference/fused-cast-probe-h200.txt:
 a naive fused kernel was 1.7-2.6x faster than stock at M <= 128 and 1.6-2.2x slower
@@ -121,6 +135,16 @@ class DeviceModel:
     margin_epilogue: float = 0.10  # ... where the template is chosen to fuse an Epilogue
     reread_cast: float = 1.5  # L2 bytes of an operand cast in the kernel count this many times
     stream_gemv: float = 0.70  # fraction of copy_bw the M = 1 reduction kernel streams at
+    # A 16-bit weight stored as such (a frozen constant, ``Problem.weight16``) at decode
+    # (M <= DECODE16_M_MAX): the rates at which cuBLAS, the thin-tile template (with at
+    # least 1.5 tiles an SM; ``stream16_one_wave`` with fewer) and the gemv reduction
+    # stream it, as fractions of copy_bw. 0 for cuBLAS leaves the 16-bit decode path off.
+    stream_cublas16: float = 0.0
+    stream_cublas16_small: float = 0.0  # ... a weight under SMALL_WEIGHT16 bytes; 0: as above
+    stream16: float = 0.70
+    stream16_one_wave: float = 0.50
+    stream_gemv16: float = 0.60
+    stream_gemv16_long: float = 0.75  # ... rows of at least GEMV_LONG_K elements
 
     @property
     def l2_rate(self) -> float:
@@ -134,7 +158,9 @@ class DeviceModel:
 # module docstring). H100/A100: datasheet-scaled leads.
 DEVICE_MODELS: dict[str, dict[str, float]] = {
     "NVIDIA H200": dict(copy_bw=4.22e12, mm_flops=680e12, stream=0.65, eff_cast_reg=0.87,
-                        eff_16bit=0.66, stream_gemv=0.85),
+                        eff_16bit=0.66, stream_gemv=0.85,
+                        stream_cublas16=0.66, stream_cublas16_small=0.50, stream16=0.72, stream16_one_wave=0.55,
+                        stream_gemv16=0.65, stream_gemv16_long=0.85),
     "NVIDIA H100 80GB HBM3": dict(copy_bw=3.0e12, mm_flops=650e12),
     "NVIDIA A100-SXM4-80GB": dict(copy_bw=1.7e12, mm_flops=270e12),
 }
@@ -192,6 +218,9 @@ class Problem:
     b: Operand
     bias: Optional[Operand] = None
     epilogue: Optional[Epilogue] = None
+    # b is a 16-bit weight stored as such (a constant Inductor's freezing folded its
+    # autocast cast into): the decode kernels may stream it in place of cuBLAS
+    weight16: bool = False
 
     @property
     def flops(self) -> float:
@@ -479,8 +508,14 @@ def _template_terms(p: Problem, dev: DeviceModel, fused_a: bool, fused_b: bool,
         eff = dev.eff_cast_reg if in_regs else dev.eff_cast_smem
     else:
         eff = dev.eff_16bit
+    stream = dev.stream
+    if decode16(p, dev) and not fused_b:
+        # one tile an SM streams its slab of the weight alone: H200 16x4096x4096 (128
+        # tiles) 0.53 of copy_bw, 16x4096x14336 0.57; 16x14336x4096 (224 tiles) 0.72
+        many = _tiles(p, config) * config.SPLIT_K >= 1.5 * dev.sm_count
+        stream = dev.stream16 if many else dev.stream16_one_wave
     return dict(casts=casts, compute=p.flops / (dev.mm_flops * eff),
-                dram=dram / (dev.copy_bw * dev.stream * util), l2=l2 / dev.l2_rate,
+                dram=dram / (dev.copy_bw * stream * util), l2=l2 / dev.l2_rate,
                 epilogue=epilogue, overhead=overhead)
 
 
@@ -500,8 +535,13 @@ def predict(p: Problem, dev: DeviceModel, fused_a: Optional[bool] = None,
         ops = p.operands
         casts = sum(_cast_time(op, dev) for op in ops if op.castable)
         bytes16 = sum(op.numel for op in ops) * HALF + p.batch * p.m * p.n * HALF
-        return (casts + max(p.flops / dev.mm_flops, bytes16 / dev.copy_bw) + dev.kernel_overhead
-                + _epilogue_kernel_time(p, dev))
+        stream = 1.0
+        if decode16(p, dev):
+            # H200: 117 MB bf16 weights at 0.63-0.66 of copy_bw, 33.5 MB ones at ~0.5
+            small = p.b.numel * HALF < SMALL_WEIGHT16 and dev.stream_cublas16_small > 0
+            stream = dev.stream_cublas16_small if small else dev.stream_cublas16
+        return (casts + max(p.flops / dev.mm_flops, bytes16 / (dev.copy_bw * stream))
+                + dev.kernel_overhead + _epilogue_kernel_time(p, dev))
     assert config is not None and fused_b is not None
     t = _template_terms(p, dev, fused_a, fused_b, config)
     return t["casts"] + max(t["compute"], t["dram"], t["l2"]) + t["epilogue"] + t["overhead"]
@@ -512,7 +552,30 @@ def predict_gemv(p: Problem, dev: DeviceModel) -> float:
     ops = p.operands
     casts = sum(_cast_time(op, dev) for op in ops if op.fp32_source and op.cast_shared)
     read = sum(op.numel * (FP32 if op.castable else HALF) for op in ops)
-    return casts + (read + p.n * HALF) / (dev.copy_bw * dev.stream_gemv) + dev.kernel_overhead
+    stream = dev.stream_gemv
+    if decode16(p, dev):
+        # a program a row (Inductor's INNER reduction config): short bf16 rows stream less
+        # (H200: 1x14336x4096 0.69 of copy_bw, 1x4096x14336 0.87)
+        stream = dev.stream_gemv16_long if p.k >= GEMV_LONG_K else dev.stream_gemv16
+    return casts + (read + p.n * HALF) / (dev.copy_bw * stream) + dev.kernel_overhead
+
+
+# M up to which a 16-bit weight (``Problem.weight16``) may take the decode kernels
+DECODE16_M_MAX = 16
+GEMV_LONG_K = 8192
+SMALL_WEIGHT16 = 64 << 20  # bytes
+
+
+def decode16(p: Problem, dev: DeviceModel) -> bool:
+    """A 16-bit stored weight streamed at decode, where the device has cuBLAS's rate.
+
+    cuBLAS reads such a weight (Inductor's freezing makes one of every fp32 parameter
+    under autocast) well below the copy rate at M <= 16 (H200, 14336x4096 bf16: 2.6 TB/s
+    at M=1, 1.4 TB/s at M=16); the gemv reduction (M=1) and the thin-tile template
+    stream it with no cast to fuse. Not batched and nothing to fuse after it.
+    """
+    return (p.weight16 and dev.stream_cublas16 > 0 and p.batch == 1
+            and p.m <= DECODE16_M_MAX and p.epilogue is None)
 
 
 def gemv_applies(p: Problem) -> bool:
@@ -534,8 +597,9 @@ def plan(p: Problem, dev: DeviceModel, allow_gemv: bool = True) -> Plan:
     options = []
     for fused_a in (True, False) if p.a.castable else (False,):
         for fused_b in (True, False) if p.b.castable else (False,):
-            # with no cast in the kernel the template pays only by fusing an epilogue
-            if fused_a or fused_b or p.epilogue is not None:
+            # with no cast in the kernel the template pays only by fusing an epilogue,
+            # or by streaming a 16-bit weight faster than cuBLAS at decode
+            if fused_a or fused_b or p.epilogue is not None or decode16(p, dev):
                 options.append((fused_a, fused_b))
     if _FORCED.get("path") == "stock":
         return Plan("stock", "forced", predictions=(stock,))
@@ -561,6 +625,13 @@ def plan(p: Problem, dev: DeviceModel, allow_gemv: bool = True) -> Plan:
         return Plan("stock", "smem: no tile config fits shared memory", predictions=tuple(preds))
     best = min(preds[1:], key=lambda q: q.seconds)
     fused_bias = p.bias is not None and p.bias.castable
+    if gemv is not None and decode16(p, dev) and _FORCED.get("path") != "template":
+        # one row of a frozen weight: the gemv where it streams no slower than cuBLAS (one
+        # kernel for x's cast and cuBLAS), never a 16-row tile (H200, 1x14336x4096 in CUDA-
+        # graph replay: the template 0.0475 ms, the gemv 0.0438, cuBLAS 0.0437-0.0441)
+        if gemv.seconds <= stock.seconds:
+            return Plan("gemv", "predicted no slower, one kernel", predictions=(*preds, gemv))
+        return Plan("stock", "cost model: no clear win", predictions=(*preds, gemv))
     if (gemv is not None and gemv.seconds < best.seconds and _FORCED.get("path") != "template"
             and gemv.seconds <= stock.seconds * (1.0 - dev.margin)):
         return Plan("gemv", "predicted faster", predictions=(*preds, gemv))
