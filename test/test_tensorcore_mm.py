@@ -1125,13 +1125,13 @@ class TestTensorCoreMMFreezing(TensorCoreMMTestCase):
         lin = frozen_linear(n, k).to(GPU_TYPE)
         x = torch.randn(m, k, device=GPU_TYPE)
         torch._dynamo.reset()
-        torch_overlay.enable(["tensorcore_mm"])
+        tensorcore(True)
         try:
             with (torch.no_grad(), inductor_config.patch(freezing=True, fx_graph_cache=False),
                   functorch_config.patch(enable_autograd_cache=False)):
                 out, code = run_and_get_code(torch.compile(under_bf16_autocast), lin, x)
         finally:
-            torch_overlay.disable()
+            tensorcore(False)
         self.assertIn("_frozen_param", "\n".join(code))
         refs = numerics.references(linear(), F.linear, [x, lin.weight, lin.bias], BF16)
         c = numerics.compare(out, refs, BF16)

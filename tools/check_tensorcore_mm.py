@@ -1084,7 +1084,7 @@ def _fresh_fn(body: Callable) -> Callable:
 @contextlib.contextmanager
 def _without_decode16():
     """The overlay as it was before issue 17's 16-bit decode path: stream_cublas16 = 0."""
-    from torch_overlay._inductor.template_heuristics import tensorcore_mm as h
+    from torch._inductor.template_heuristics import tensorcore_mm as h
 
     saved = {k: dict(v) for k, v in h.DEVICE_MODELS.items()}
     for v in h.DEVICE_MODELS.values():
@@ -1101,7 +1101,7 @@ def _frozen_compile(body: Callable, args: list, mode: str, forced=None):
     FREEZING_MODES or FREEZING_BEFORE) under torch.no_grad(), its first call the compile."""
     import torch._inductor.config as inductor_config
 
-    from torch_overlay._inductor.template_heuristics import tensorcore_mm as h
+    from torch._inductor.template_heuristics import tensorcore_mm as h
 
     freezing = "+freezing" in mode
     compiled = compile_fn(_fresh_fn(body), mode.split("+")[0], fresh=False)
@@ -1259,7 +1259,7 @@ def part_freezing_variants(budget_s: float) -> None:
     """The decode kernels on a frozen bf16 weight, forced, against frozen stock (CUDA-graph
     replays, so launch overhead does not hide the weight read): what the cost model's
     16-bit rates (stream16, stream_gemv16, stream_cublas16) are."""
-    from torch_overlay._inductor.template_heuristics import tensorcore_mm as h
+    from torch._inductor.template_heuristics import tensorcore_mm as h
 
     T = h.TileConfig
     log("\n== 7b. freezing variants: forced decode kernels on the frozen bf16 weight; "
