@@ -149,7 +149,7 @@ class Status:
 def status() -> Status:
     import torch
 
-    from ._edits import OVERLAY_ROOT, plan_swaps
+    from ._edits import OVERLAY_ROOT
 
     try:
         import triton
@@ -160,7 +160,7 @@ def status() -> Status:
     active, refused = REGISTRY.enabled(), REGISTRY.refused()
     overlays = []
     for overlay in OVERLAYS:
-        reason = REGISTRY.check(overlay.name)
+        swaps, reason = REGISTRY.plan(overlay.name)
         if overlay.name in active:
             state, reason = "active", None
         elif overlay.name in refused:
@@ -171,11 +171,7 @@ def status() -> Status:
             state, reason = "inactive", f"upstream drift, would be refused: {reason}"
         else:
             state = "inactive"
-        try:
-            functions = [s.target for s in plan_swaps(
-                [d for d in overlay.edits() if d.module != "torch._inductor.config"])]
-        except Exception:
-            functions = []
+        functions = [swap.target for swap in swaps]
         edits = [str(p.relative_to(OVERLAY_ROOT)) for p in overlay.edit_files]
         overlays.append(OverlayStatus(overlay.name, overlay.purpose, state, reason,
                                       overlay.flag, edits, functions))

@@ -111,6 +111,11 @@ class FileDiff:
     def module(self) -> str:
         return self.upstream.removesuffix(".py").replace("/", ".")
 
+    @property
+    def declares_config(self) -> bool:
+        """The config.py diff: module-level flag declarations, not a function edit."""
+        return self.upstream == CONFIG_FILE
+
 
 def _find(lines: list[str], block: list[str], near: int) -> int:
     """Index where ``block`` occurs in ``lines``, the occurrence nearest ``near``; -1 if none."""

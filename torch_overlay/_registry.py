@@ -149,14 +149,17 @@ class Registry:
             visit(name)
         return order
 
+    def plan(self, name: str) -> tuple[list[Swap], str | None]:
+        """The swaps ``name``'s edits alone make on the installed torch (none done), or why
+        they do not apply."""
+        try:
+            return plan_swaps([d for d in self.get(name).edits() if not d.declares_config]), None
+        except (EditError, ImportError, SyntaxError) as e:
+            return [], str(e)
+
     def check(self, name: str) -> str | None:
         """Why ``name``'s edits do not apply to the installed torch; None when they do."""
-        try:
-            function_edits = [d for d in self.get(name).edits() if d.module != "torch._inductor.config"]
-            plan_swaps(function_edits)
-        except (EditError, ImportError, SyntaxError) as e:
-            return str(e)
-        return None
+        return self.plan(name)[1]
 
     # -- enable / disable ----------------------------------------------------
     def enable(self, names: Iterable[str] | None = None) -> list[str]:
@@ -212,14 +215,14 @@ class Registry:
                 if name not in self._flags:
                     added[name] = []
                     for diff in self.get(name).edits():
-                        if diff.module == "torch._inductor.config":
+                        if diff.declares_config:
                             for entry, (default, kind) in config_declarations(diff).items():
                                 if _add_config(inductor_config, entry, default, kind):
                                     added[name].append(entry)
             for swap in reversed(self._swaps):
                 swap.restore()
             try:
-                swaps = plan_swaps([d for d in diffs if d.module != "torch._inductor.config"])
+                swaps = plan_swaps([d for d in diffs if not d.declares_config])
             except BaseException:
                 for swap in self._swaps:
                     swap.apply()
