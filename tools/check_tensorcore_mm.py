@@ -1173,6 +1173,19 @@ def _numerics(c: dict) -> str:
             f"mism {c['mismatch']:.4f} {'ok' if verdict(c) else 'FAIL'}")
 
 
+def frozen_linear_case(m: int, n: int, k: int):
+    """(an fp32 nn.Linear without grad, x of M rows, its bf16-autocast call): what freezing folds."""
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(k, n).to(DEV).requires_grad_(False)
+    x = torch.randn(m, k, device=DEV)
+
+    def body(x):
+        with autocast(BF16):
+            return lin(x)
+
+    return lin, x, body
+
+
 def part_freezing(budget_s: float) -> None:
     """Issue 17: the overlay against Inductor's freezing (fp32 parameters, bf16 autocast,
     inference): stock, stock + freezing, overlay, overlay + freezing side by side, and the
@@ -1188,14 +1201,7 @@ def part_freezing(budget_s: float) -> None:
             log(f"  freezing skipped from {(m, n, k)} on: time budget")
             break
         with guarded(f"freezing linear {(m, n, k)}"):
-            torch.manual_seed(0)
-            lin = torch.nn.Linear(k, n).to(DEV).requires_grad_(False)
-            x = torch.randn(m, k, device=DEV)
-
-            def body(x):
-                with autocast(BF16):
-                    return lin(x)
-
+            lin, x, body = frozen_linear_case(m, n, k)
             t, info = _freezing_row(body, [x], modes)
             w, b = lin.weight, lin.bias
             c = compare(info["overlay+freezing"][1],
@@ -1270,14 +1276,7 @@ def part_freezing_variants(budget_s: float) -> None:
     for m, n, k in cases:
         if elapsed() > budget_s:
             break
-        torch.manual_seed(0)
-        lin = torch.nn.Linear(k, n).to(DEV).requires_grad_(False)
-        x = torch.randn(m, k, device=DEV)
-
-        def body(x):
-            with autocast(BF16):
-                return lin(x)
-
+        lin, x, body = frozen_linear_case(m, n, k)
         with guarded(f"freezing variants {(m, n, k)}"):
             mb = n * k * 2 / 1e6
             rows = {"stock+freezing": None, "overlay+freezing": None}
