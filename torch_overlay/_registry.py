@@ -208,13 +208,14 @@ class Registry:
         import torch._inductor.config as inductor_config
 
         names = [n for n in self._overlays if n in names]  # series order
-        diffs = [d for n in names for d in self.get(n).edits()]
+        edits = {n: self.get(n).edits() for n in names}
+        diffs = [d for n in names for d in edits[n]]
         added: dict[str, list[str]] = {}
         try:
             for name in names:
                 if name not in self._flags:
                     added[name] = []
-                    for diff in self.get(name).edits():
+                    for diff in edits[name]:
                         if diff.declares_config:
                             for entry, (default, kind) in config_declarations(diff).items():
                                 if _add_config(inductor_config, entry, default, kind):
