@@ -87,19 +87,18 @@ class FileDiff:
     @classmethod
     def read(cls, path: pathlib.Path) -> "FileDiff":
         text = path.read_text()
-        upstream, hunks, current, heading, start = None, [], [], "", 0
+        upstream, hunks, current, heading, start = None, [], None, "", 0
         for line in text.splitlines():
-            if line.startswith("+++ "):
-                upstream = line[4:].strip().removeprefix("b/")
-            elif line.startswith("--- ") and not current:
-                continue
-            elif m := _HUNK_HEADER.match(line):
+            if m := _HUNK_HEADER.match(line):
                 if current:
                     hunks.append(Hunk(start, tuple(current), heading))
                 start, heading, current = int(m.group(1)), m.group(2), []
-            elif line[:1] in (" ", "-", "+") and upstream is not None:
+            elif current is None:  # the file header, before the first hunk
+                if line.startswith("+++ "):
+                    upstream = line[4:].strip().removeprefix("b/")
+            elif line[:1] in (" ", "-", "+"):
                 current.append(line)
-            elif line == "" and upstream is not None and hunks is not None:
+            elif line == "":
                 current.append(" ")  # an empty context line some editors strip the space of
         if current:
             hunks.append(Hunk(start, tuple(current), heading))
