@@ -1,4 +1,5 @@
-"""pytest test/: the overlays enabled, every feature flag at its upstream default (off).
+"""pytest test/: the overlays enabled, every feature flag at its upstream default (off),
+and the GPU-free harness (``torch_overlay.testing.gpu_free``) where no GPU is present.
 
 Each test turns on the features it tests with their ``torch._inductor.config`` flags
 (``config.patch``), as upstream tests do; under ``TORCH_OVERLAY_DISABLE=1`` a torch
@@ -7,6 +8,8 @@ patched by the series declares the same flags (tools/export_patches.py --check).
 import pytest
 
 import torch_overlay
+
+pytest_plugins = ["torch_overlay.testing.gpu_free"]
 
 # before the test modules import the new upstream modules
 torch_overlay.enable()

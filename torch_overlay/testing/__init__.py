@@ -23,8 +23,9 @@ __all__ = ["GPU_PROFILES", "GPUProfile", "get_code", "get_profile", "has_real_gp
 def has_real_gpu(gpu: str) -> bool:
     """True when a real CUDA device of this profile is present."""
     profile = get_profile(gpu)
+    # asks the driver: torch.cuda.is_available() is true on a faked GPU too (gpu_free)
     return (
-        torch.cuda.is_available()
+        torch._C._cuda_getDeviceCount() > 0
         and torch.cuda.get_device_name() == profile.name
     )
 

@@ -1,0 +1,255 @@
+"""pytest plugin: Inductor's CUDA tests on a machine without a GPU.
+
+    pytest -p torch_overlay.testing.gpu_free test/inductor/test_x.py
+
+Upstream-shaped tests (``HAS_GPU``/``GPU_TYPE``/``requires_gpu``, inputs made with
+``device=GPU_TYPE``, ``torch._inductor.utils.get_code``) then run here unchanged, against
+a faked GPU (``--gpu-free-profile``, default h200; see ``fake_cuda``):
+
+- ``torch.cuda.is_available()`` is true while tests are collected and run, so
+  ``HAS_GPU`` is true and ``GPU_TYPE`` is "cuda";
+- CUDA tensors (factories with ``device="cuda"``, ``Tensor.to``/``.cuda()``, so also
+  ``nn.Module.to``) are FakeTensors of the same shape, stride and dtype;
+- Inductor generates the same CUDA Triton source as on that GPU, which ``get_code`` returns;
+- a test that would run CUDA code (or autograd on a CUDA tensor) is skipped, naming why:
+  only a real GPU has values.
+
+With a CUDA GPU present the plugin does nothing.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import sys
+import warnings
+from typing import Any, Callable, Iterator
+
+import pytest
+import torch
+
+from .fake_cuda import fake_cuda
+from .gpu_profiles import get_profile
+
+# factories that take a device=; the *_like ones follow their (fake) input by themselves
+FACTORIES = ("arange", "empty", "empty_strided", "eye", "full", "linspace", "ones", "rand",
+             "randint", "randn", "randperm", "tensor", "zeros")
+
+
+class NeedsRealGPU(RuntimeError):
+    """Raised where a test would run code on the faked GPU; the test is reported skipped."""
+
+
+def _needs_real_gpu_reason(exc: BaseException | None) -> str | None:
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, NeedsRealGPU):
+            return str(exc)
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+class FakeGPU:
+    """The faked device for one test: its FakeTensorMode and the patches that route CUDA
+    tensors to it."""
+
+    def __init__(self, profile_name: str) -> None:
+        self.profile = get_profile(profile_name)
+        self._originals: dict[str, Callable[..., Any]] = {}
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[None]:
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        self.mode = FakeTensorMode(allow_non_fake_inputs=True)
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(fake_cuda(self.profile))
+            stack.enter_context(warnings.catch_warnings())
+            # compiled wrappers check input alignment through data_ptr (0 on FakeTensors)
+            warnings.filterwarnings("ignore", "Accessing the data pointer of FakeTensor")
+            for name in FACTORIES:
+                stack.enter_context(_patch(torch, name, self._factory(getattr(torch, name))))
+            stack.enter_context(_patch(torch.Tensor, "to", self._tensor_to(torch.Tensor.to)))
+            stack.enter_context(_patch(torch.Tensor, "cuda", self._tensor_cuda(torch.Tensor.cuda)))
+            # nn.Module.to then gives each parameter a new Parameter around the FakeTensor
+            # instead of setting a real Parameter's .data to it
+            compatible = torch._has_compatible_shallow_copy_type
+            stack.enter_context(_patch(
+                torch, "_has_compatible_shallow_copy_type",
+                lambda a, b: compatible(a, b) and _is_fake(a) == _is_fake(b)))
+            stack.enter_context(_patch(torch.Tensor, "requires_grad_",
+                                       self._requires_grad(torch.Tensor.requires_grad_)))
+            stack.enter_context(_patch(torch.nn.Parameter, "__new__",
+                                       self._parameter(torch.nn.Parameter.__new__)))
+            from torch._inductor.graph import GraphLowering
+
+            stack.enter_context(_patch(GraphLowering, "compile_to_module",
+                                       self._no_cuda_module(GraphLowering.compile_to_module)))
+            yield
+
+    # -- CUDA tensors as FakeTensors ------------------------------------------
+    def fake(self, t: torch.Tensor, requires_grad: bool = False) -> torch.Tensor:
+        if requires_grad or t.requires_grad:
+            # autograd asks the CUDA driver for a stream: a C++ abort, not an error
+            raise NeedsRealGPU(
+                f"autograd on a CUDA tensor needs a real GPU (the {self.profile.name} is faked "
+                "here); GPU-free codegen tests take inputs with requires_grad=False")
+        with self.mode:
+            out = _EMPTY_STRIDED(t.shape, t.stride(), dtype=t.dtype, device="cuda")
+        out._gpu_free_input = True  # a test's CUDA tensor (not one of Inductor's fakes)
+        return out
+
+    def _factory(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(original)
+        def factory(*args: Any, **kwargs: Any) -> Any:
+            if not _is_cuda(kwargs.get("device")) or _compiling():
+                return original(*args, **kwargs)
+            requires_grad = kwargs.pop("requires_grad", False)
+            return self.fake(original(*args, **{**kwargs, "device": "cpu"}), requires_grad)
+
+        return factory
+
+    def _tensor_to(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(original)
+        def to(t: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+            device, dtype, _, _ = torch._C._nn._parse_to(*args, **kwargs)
+            if not _is_cuda(device) or _is_fake(t) or _compiling():
+                return original(t, *args, **kwargs)
+            return self.fake(original(t, dtype=dtype) if dtype is not None else t)
+
+        return to
+
+    def _tensor_cuda(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(original)
+        def cuda(t: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+            if _is_fake(t) or _compiling():
+                return original(t, *args, **kwargs)
+            return self.fake(t)
+
+        return cuda
+
+    def _requires_grad(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(original)
+        def requires_grad_(t: torch.Tensor, requires_grad: bool = True) -> Any:
+            if requires_grad and getattr(t, "_gpu_free_input", False):
+                self.fake(t, requires_grad=True)  # raises
+            return original(t, requires_grad)
+
+        return requires_grad_
+
+    def _parameter(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        # (Inductor's own FakeTensors are not checked: only the test's CUDA tensors)
+        def __new__(cls: type, data: Any = None, requires_grad: bool = True) -> Any:
+            if requires_grad and getattr(data, "_gpu_free_input", False):
+                self.fake(data, requires_grad=True)  # raises
+            return original(cls, data, requires_grad)
+
+        return staticmethod(__new__)
+
+    def _no_cuda_module(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        # get_code replaces compile_to_module for its own call; anything else would load
+        # and run the generated CUDA module
+        profile = self.profile
+
+        @functools.wraps(original)
+        def compile_to_module(graph: Any) -> Any:
+            if "cuda" in getattr(graph, "device_types", ()):
+                raise NeedsRealGPU(
+                    f"runs generated CUDA code: needs a real GPU (the {profile.name} is faked "
+                    "here; get_code checks the generated code without running it)")
+            return original(graph)
+
+        return compile_to_module
+
+
+_EMPTY_STRIDED = torch.empty_strided
+
+
+def _is_cuda(device: Any) -> bool:
+    if device is None:
+        return False
+    if isinstance(device, int):
+        return True  # a bare index means a CUDA device
+    return torch.device(device).type == "cuda"
+
+
+def _compiling() -> bool:
+    """Inside torch.compile: its tensors belong to its own FakeTensorMode, not the test's."""
+    from torch._guards import TracingContext
+
+    return (torch.compiler.is_compiling() or TracingContext.try_get() is not None
+            or torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE) is not None)
+
+
+def _is_fake(t: torch.Tensor) -> bool:
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    return isinstance(t, FakeTensor)
+
+
+@contextlib.contextmanager
+def _patch(owner: Any, name: str, value: Any) -> Iterator[None]:
+    old = owner.__dict__[name] if name in owner.__dict__ else getattr(owner, name)
+    setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        setattr(owner, name, old)
+
+
+# -- pytest hooks ---------------------------------------------------------------
+_FAKE: FakeGPU | None = None
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--gpu-free-profile", default="h200",
+                     help="GPU profile the GPU-free harness fakes (torch_overlay.testing.gpu_profiles)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    global _FAKE
+    if torch.cuda.is_available():
+        return  # a real GPU: the tests run on it
+    _FAKE = FakeGPU(config.getoption("--gpu-free-profile"))
+    config.addinivalue_line("markers", "gpu_free: run against a faked GPU (torch_overlay)")
+    with _FAKE.active():
+        # HAS_GPU, GPU_TYPE, requires_gpu, ... are computed when this module is imported
+        import torch.testing._internal.inductor_utils as inductor_utils
+
+        if not inductor_utils.HAS_GPU:
+            importlib.reload(inductor_utils)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    if _FAKE is None:
+        return "gpu_free: a CUDA GPU is present; tests run on it"
+    return f"gpu_free: CUDA faked as {_FAKE.profile.name} (values need a real GPU: skipped)"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> Any:
+    # test modules are imported here
+    if _FAKE is None:
+        return (yield)
+    with _FAKE.active():
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: Any) -> Any:
+    if _FAKE is None:
+        return (yield)
+    with _FAKE.active():
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
+    report = yield
+    if _FAKE is not None and report.failed and call.excinfo is not None:
+        reason = _needs_real_gpu_reason(call.excinfo.value)
+        if reason is not None:
+            report.outcome = "skipped"
+            report.longrepr = (str(item.path), item.location[1] or 0, f"Skipped: {reason}")
+    return report
