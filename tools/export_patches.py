@@ -20,8 +20,8 @@ a git tree of the pristine ``torch/_inductor`` of the installed torch (patches/U
   ``torch_overlay/_inductor/kernel/mm_tensorcore.py``) copied byte for byte to
   ``torch/_inductor/kernel/mm_tensorcore.py``, with each ``templates/*.jinja`` beside it
   that the module names (``load_template("<stem>", ...)``).
-- Tests: ``test/test_<name>.py`` -> ``test/inductor/test_<name>.py`` and the expect files
-  of its test classes -> ``test/inductor/expect/``, byte for byte.
+- Tests: ``test/inductor/test_<name>.py`` and the expect files of its test classes
+  (``test/inductor/expect/``), byte for byte: the project runs the very files upstream gets.
 - Commit message: ``patches/<name>.md`` (the subject ``[inductor] <name>: ...``, a blank
   line, the body), written by hand: the PR text lives there, not in the modules.
 
@@ -99,7 +99,7 @@ class OverlayExport:
     diffs: list[pathlib.Path]      # .diff files, applied in this order
     files: dict[str, pathlib.Path]  # upstream path -> source file (new modules, templates)
     tests: dict[str, pathlib.Path]  # upstream path -> source file (test, expect files)
-    golden_ids: list[str]          # pytest node ids (tree-relative) of its golden tests
+    test_file: str                 # its test module, tree-relative (test/inductor/test_<name>.py)
     message: pathlib.Path          # patches/<name>.md
 
 
@@ -133,23 +133,18 @@ def templates_loaded(source: pathlib.Path, text: str) -> list[pathlib.Path]:
             if re.search(rf"['\"]{re.escape(tpl.name.split('.')[0])}['\"]", text)]
 
 
-def overlay_tests(name: str) -> tuple[dict[str, pathlib.Path], list[str]]:
-    test = REPO / "test" / f"test_{name}.py"
+def overlay_tests(name: str) -> tuple[dict[str, pathlib.Path], str]:
+    path = f"test/inductor/test_{name}.py"
+    test = REPO / path
     if not test.exists():
         raise ExportError(f"overlay {name}: no test file {rel(test)}")
     tree = ast.parse(read_source(test).decode())
     classes = {n.name for n in tree.body if isinstance(n, ast.ClassDef)}
-    files = {f"test/inductor/test_{name}.py": test}
-    golden: list[str] = []
-    for expect in sorted((REPO / "test" / "expect").glob("*.expect")):
-        cls, _, rest = expect.name.partition(".")
-        if cls in classes:
+    files = {path: test}
+    for expect in sorted((REPO / "test" / "inductor" / "expect").glob("*.expect")):
+        if expect.name.partition(".")[0] in classes:
             files[f"test/inductor/expect/{expect.name}"] = expect
-            test_name = rest[: -len(".expect")].split("-")[0]
-            node = f"test/inductor/test_{name}.py::{cls}::{test_name}"
-            if node not in golden:
-                golden.append(node)
-    return files, golden
+    return files, path
 
 
 def collect() -> list[OverlayExport]:
@@ -165,9 +160,9 @@ def collect() -> list[OverlayExport]:
             files[path] = source
             for tpl in templates_loaded(source, read_source(source).decode()):
                 files[str(pathlib.PurePosixPath(path).parent / "templates" / tpl.name)] = tpl
-        tests, golden = overlay_tests(name)
+        tests, test_file = overlay_tests(name)
         out.append(OverlayExport(name, overlay.flag, tuple(overlay.requires), list(overlay.edit_files),
-                                 files, tests, golden, PATCHES / f"{name}.md"))
+                                 files, tests, test_file, PATCHES / f"{name}.md"))
     return out
 
 
@@ -438,24 +433,16 @@ def top_level_reassignments(source: str, added: set[int], new_file: bool, path: 
     return found
 
 
-def harness_lines(patch: pathlib.Path) -> list[str]:
-    """Added test lines that still name the project: the GPU-free harness the exported tests
-    import (torch_overlay.testing), until it is applied from outside as a pytest plugin."""
-    return [f"{path}:{no}: {text.strip()[:120]}"
-            for path, fp in parse_diff(patch.read_text()).items() if path.startswith("test/")
-            for no, text in sorted(fp.added.items()) if FORBIDDEN in text]
-
-
 def audit_patch(tree: pathlib.Path, patch: pathlib.Path, overlay: OverlayExport) -> list[str]:
     """What the patch (applied in ``tree``) must not add or must add; [] when all is well.
 
-    The code upstream merges (torch/) names the project nowhere; test lines that do are
-    ``harness_lines``, reported apart."""
+    No added line names the project, tests included: they run under the project's harness
+    as a pytest plugin from outside (torch_overlay.testing.gpu_free)."""
     problems = []
     files = parse_diff(patch.read_text())
     for path, fp in files.items():
         for no, text in sorted(fp.added.items()):
-            if FORBIDDEN in text and not path.startswith("test/"):
+            if FORBIDDEN in text:
                 problems.append(f"{path}:{no}: names {FORBIDDEN}: {text.strip()[:120]}")
         if path.endswith(".py") and fp.added:
             try:
@@ -537,9 +524,9 @@ def patched_torch(tree: pathlib.Path, changed: Iterable[str], dest: pathlib.Path
 
 # A pytest plugin for the runs below. torch_overlay imports its new modules under their
 # upstream names (a meta path finder, installed when torch_overlay is imported, even
-# under TORCH_OVERLAY_DISABLE=1); the tests import torch_overlay (its testing harness), so
-# without this the overlay's files would shadow the torch copy's own. The copy under test
-# is then what every torch._inductor import finds.
+# under TORCH_OVERLAY_DISABLE=1); the GPU-free plugin is part of torch_overlay, so without
+# this the overlay's files would shadow the torch copy's own. The copy under test is then
+# what every torch._inductor import finds.
 ISOLATION_PLUGIN = '''\
 """tools/export_patches.py --check: the torch on PYTHONPATH is the one under test."""
 import sys
@@ -562,11 +549,12 @@ def pytest_configure(config):
     isolate()
 '''
 PLUGIN_NAME = "_export_check_isolation"
+GPU_FREE_PLUGIN = "torch_overlay.testing.gpu_free"
 
 
 @dataclasses.dataclass
 class RunResult:
-    outcomes: dict[str, str]  # node id -> PASSED / FAILED / ERROR
+    outcomes: dict[str, str]  # test_x::Class::test -> PASSED / FAILED / ERROR / SKIPPED
     summary: str              # pytest's last line
     output: str
     probe_error: str | None = None
@@ -574,12 +562,37 @@ class RunResult:
     def count(self, *kinds: str) -> int:
         return sum(1 for o in self.outcomes.values() if o in kinds)
 
+    def counts(self) -> str:
+        return (f"{self.count('PASSED')} passed, {self.count('FAILED', 'ERROR')} failed, "
+                f"{self.count('SKIPPED')} skipped")
 
-def run_goldens(pythonpath: pathlib.Path, node_ids: list[str], cache: pathlib.Path,
-                tree: pathlib.Path = REPO, new_modules: Iterable[str] = ()) -> RunResult:
-    """The exported tests (test/inductor/ of ``tree``) against the torch in ``pythonpath``,
-    every overlay off (TORCH_OVERLAY_DISABLE=1). A test pytest could not even collect
-    counts as ERROR."""
+
+def junit_outcomes(junit: pathlib.Path) -> dict[str, str]:
+    """test_x::Class::test -> outcome, from pytest's junit xml. A module that does not
+    import is reported as one entry with no class: it is left out (see ``expected``)."""
+    import xml.etree.ElementTree as ET
+
+    out = {}
+    for case in ET.parse(junit).iter("testcase"):
+        # classname: "test.inductor.test_x.Class" (a torch tree) or "test_x.Class"
+        module, _, cls = case.get("classname", "").rpartition(".")
+        module = module.rpartition(".")[2]
+        if not module.startswith("test_") or not cls:
+            continue
+        kinds = {child.tag for child in case}
+        out[f"{module}::{cls}::{case.get('name')}"] = (
+            "FAILED" if "failure" in kinds else "ERROR" if "error" in kinds
+            else "SKIPPED" if "skipped" in kinds else "PASSED")
+    return out
+
+
+def run_exported_tests(pythonpath: pathlib.Path, files: list[str], cache: pathlib.Path,
+                       tree: pathlib.Path, new_modules: Iterable[str] = (),
+                       expected: Iterable[str] = ()) -> RunResult:
+    """The exported test files (tree-relative) against the torch in ``pythonpath``, every
+    overlay off (TORCH_OVERLAY_DISABLE=1), GPU-free through the project's pytest plugin.
+    Tests in ``expected`` that pytest did not even report (a module that does not import)
+    count as ERROR."""
     plugin_dir = cache / "plugin"
     plugin_dir.mkdir(parents=True, exist_ok=True)
     (plugin_dir / f"{PLUGIN_NAME}.py").write_text(ISOLATION_PLUGIN)
@@ -602,35 +615,23 @@ def run_goldens(pythonpath: pathlib.Path, node_ids: list[str], cache: pathlib.Pa
         cwd=tree, env=env, text=True, capture_output=True)
     where = probe.stdout.split()
     if probe.returncode != 0 or not where or not all(w.startswith(str(pythonpath)) for w in where):
-        return RunResult({n: "ERROR" for n in node_ids}, "probe failed", probe.stderr[-3000:],
+        return RunResult({n: "ERROR" for n in expected}, "probe failed", probe.stderr[-3000:],
                          f"the torch under test does not import from {pythonpath}: {where}\n"
                          f"{probe.stderr[-3000:]}")
     junit = cache / "junit.xml"
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           "-p", PLUGIN_NAME, "--show-capture=no", "--tb=short",
-                           f"--junitxml={junit}", "--rootdir", str(tree), *node_ids],
+                           "-p", PLUGIN_NAME, "-p", GPU_FREE_PLUGIN, "--show-capture=no",
+                           "--tb=short", f"--junitxml={junit}", "--rootdir", str(tree), *files],
                           cwd=tree, env=env, text=True, capture_output=True)
-    outcomes = {n: "ERROR" for n in node_ids}  # not reported: it was not even collected
+    outcomes = {n: "ERROR" for n in expected}  # not reported: not even collected
     if junit.exists():
-        import xml.etree.ElementTree as ET
-
-        by_case = {}
-        for n in node_ids:
-            file, cls, name = n.split("::")
-            by_case[(file.removesuffix(".py").replace("/", ".") + "." + cls, name)] = n
-        for case in ET.parse(junit).iter("testcase"):
-            n = by_case.get((case.get("classname"), case.get("name")))
-            if n is None:
-                continue
-            kinds = {child.tag for child in case}
-            outcomes[n] = ("FAILED" if "failure" in kinds else "ERROR" if "error" in kinds
-                           else "SKIPPED" if "skipped" in kinds else "PASSED")
+        outcomes.update(junit_outcomes(junit))
     lines = [l for l in proc.stdout.strip().splitlines() if l.strip()]
     summary = lines[-1].strip("= ") if lines else "(no output)"
     return RunResult(outcomes, summary, proc.stdout[-8000:] + proc.stderr[-3000:])
 
 
-def check(run_tests: bool = True) -> int:
+def check(run_tests: bool = True, compare_junit: pathlib.Path | None = None) -> int:
     t0 = time.time()
     if not (PATCHES / "series").exists():
         print("patches/series missing: run `python tools/export_patches.py`", file=sys.stderr)
@@ -657,7 +658,7 @@ def check(run_tests: bool = True) -> int:
             print("patches/series does not have one patch per overlay", file=sys.stderr)
             return 1
         ok = True
-        patched_total = {"PASSED": 0, "FAILED": 0, "ERROR": 0, "SKIPPED": 0}
+        patched: dict[str, RunResult] = {}
         new_modules: list[str] = []
         for i, (name, overlay) in enumerate(zip(names, overlays)):
             try:
@@ -690,56 +691,70 @@ def check(run_tests: bool = True) -> int:
                 print(f"[check] {name}: no added line under torch/ names {FORBIDDEN} or reassigns "
                       f"an upstream object at top level; declares {CONFIG}:{overlay.flag}; tests "
                       "byte-identical")
-            harness = harness_lines(PATCHES / name)
-            if harness:
-                print(f"[check] {name}: {len(harness)} test line(s) still import the project's "
-                      "GPU-free harness (not yet a pytest plugin):")
-                for line in harness:
-                    print("  " + line)
             new_modules += [p for p in overlay.files if p.endswith(".py")]
             if not run_tests:
                 continue
-            # 4. its tests against the patched copy, overlays off
+            # 4. its tests against the patched copy, overlays off, GPU-free
             changed = git(tree, "diff", "--name-only", "HEAD~%d" % (i + 1), "HEAD").stdout.split()
             site = patched_torch(tree, changed, tmp / f"site_{i}")
-            result = run_goldens(site, overlay.golden_ids, tmp / f"cache_{i}", tree, new_modules)
-            for kind in patched_total:
-                patched_total[kind] += result.count(kind)
-            passed = result.probe_error is None and result.count("PASSED") == len(overlay.golden_ids)
-            print(f"[check] goldens of {overlay.name} against the patched copy (patches 1-{i + 1}, "
-                  f"TORCH_OVERLAY_DISABLE=1): {result.count('PASSED')} passed, "
-                  f"{result.count('FAILED', 'ERROR')} failed, {result.count('SKIPPED')} skipped "
-                  f"of {len(overlay.golden_ids)} ({time.time() - t0:.0f}s)")
-            if not passed:
+            result = run_exported_tests(site, [overlay.test_file], tmp / f"cache_{i}", tree,
+                                        new_modules)
+            patched[overlay.test_file] = result
+            print(f"[check] tests of {overlay.name} against the patched copy (patches 1-{i + 1}, "
+                  f"TORCH_OVERLAY_DISABLE=1, -p {GPU_FREE_PLUGIN}): {result.counts()} "
+                  f"({time.time() - t0:.0f}s)")
+            if result.probe_error or result.count("FAILED", "ERROR") or not result.count("PASSED"):
                 ok = False
                 print(result.probe_error or _failures(result), file=sys.stderr)
+            if compare_junit is not None:
+                ok &= same_as_project_run(result, overlay.test_file, compare_junit)
         if run_tests:
             # 5. the same tests against the pristine copy: each must fail
-            all_ids = [n for o in overlays for n in o.golden_ids]
+            expected = [n for r in patched.values() for n in r.outcomes]
             site = patched_torch(tree, [], tmp / "site_pristine")
-            result = run_goldens(site, all_ids, tmp / "cache_pristine", tree)
-            failed = result.count("FAILED", "ERROR")
-            print(f"[check] the same {len(all_ids)} tests against the pristine copy (torch "
+            result = run_exported_tests(site, list(patched), tmp / "cache_pristine", tree,
+                                        expected=expected)
+            failed = sum(1 for n in expected if result.outcomes.get(n) in ("FAILED", "ERROR"))
+            print(f"[check] the same {len(expected)} tests against the pristine copy (torch "
                   f"{torch_info()['torch']}, TORCH_OVERLAY_DISABLE=1): {failed} failed, "
                   f"{result.count('PASSED')} passed, {result.count('SKIPPED')} skipped "
                   f"({time.time() - t0:.0f}s)")
             if result.probe_error:
                 ok = False
                 print(result.probe_error, file=sys.stderr)
-            elif failed != len(all_ids):
+            elif failed != len(expected):
                 ok = False
                 print("[check] these pass (or skip) without the series, so they do not test it:\n  "
-                      + "\n  ".join(n for n, o in result.outcomes.items() if o not in ("FAILED", "ERROR")),
+                      + "\n  ".join(n for n in expected
+                                     if result.outcomes.get(n) not in ("FAILED", "ERROR")),
                       file=sys.stderr)
-            print(f"[check] counts of the {len(all_ids)} exported golden tests: patched copy "
-                  f"{patched_total['PASSED']} passed, {patched_total['FAILED'] + patched_total['ERROR']} "
-                  f"failed; pristine copy {failed} failed, {result.count('PASSED')} passed")
+            passed = sum(r.count("PASSED") for r in patched.values())
+            print(f"[check] the {len(expected)} exported tests: patched copy {passed} passed, "
+                  f"{sum(r.count('FAILED', 'ERROR') for r in patched.values())} failed, "
+                  f"{sum(r.count('SKIPPED') for r in patched.values())} skipped (values: "
+                  f"GPU only); pristine copy {failed} failed")
     print(f"[check] {'OK' if ok else 'FAILED'} in {time.time() - t0:.0f}s")
     return 0 if ok else 1
 
 
+def same_as_project_run(result: RunResult, test_file: str, junit: pathlib.Path) -> bool:
+    """The exported file's outcomes equal those of the same file in ``pytest test/``
+    (runtime overlays on): the export tests what the project tests."""
+    stem = pathlib.PurePosixPath(test_file).stem
+    project = {k: v for k, v in junit_outcomes(junit).items() if k.startswith(stem + "::")}
+    differ = sorted(k for k in set(project) | set(result.outcomes)
+                    if project.get(k) != result.outcomes.get(k))
+    if differ:
+        print(f"[check] {test_file}: outcomes differ from pytest test/ ({junit}):\n  "
+              + "\n  ".join(f"{k}: project {project.get(k)}, export {result.outcomes.get(k)}"
+                             for k in differ[:40]), file=sys.stderr)
+        return False
+    print(f"[check] {test_file}: the same {len(project)} outcomes as in pytest test/")
+    return True
+
+
 def _failures(result: RunResult) -> str:
-    bad = [n for n, o in result.outcomes.items() if o != "PASSED"]
+    bad = [n for n, o in result.outcomes.items() if o in ("FAILED", "ERROR")]
     return ("not passing: " + ", ".join(f"{n} ({result.outcomes[n]})" for n in bad)
             + f"\npytest: {result.summary}\n" + result.output)
 
@@ -792,13 +807,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="fail if patches/ is stale, does not apply or compile, adds what "
                              "upstream cannot take, or its tests do not pass patched and fail pristine")
     parser.add_argument("--no-tests", action="store_true", help="with --check: skip the test runs")
+    parser.add_argument("--compare-junit", type=pathlib.Path, metavar="XML",
+                        help="with --check: the junit xml of a `pytest test/` run; each exported "
+                             "test file must have the same outcomes there")
     parser.add_argument("--upstream", type=pathlib.Path, metavar="PATH",
                         help="report how the series applies to a pytorch checkout (left untouched)")
     parser.add_argument("--out", type=pathlib.Path, default=PATCHES, help="output directory")
     args = parser.parse_args(argv)
     try:
         if args.check:
-            return check(run_tests=not args.no_tests)
+            return check(run_tests=not args.no_tests, compare_junit=args.compare_junit)
         if args.upstream:
             return try_upstream(args.upstream)
         with tempfile.TemporaryDirectory(prefix="export_") as tmp:
