@@ -588,7 +588,7 @@ def junit_outcomes(junit: pathlib.Path) -> dict[str, str]:
 
 def run_exported_tests(pythonpath: pathlib.Path, files: list[str], cache: pathlib.Path,
                        tree: pathlib.Path, new_modules: Iterable[str] = (),
-                       expected: Iterable[str] = ()) -> RunResult:
+                       expected: Iterable[str] = (), pytest_args: Iterable[str] = ()) -> RunResult:
     """The exported test files (tree-relative) against the torch in ``pythonpath``, every
     overlay off (TORCH_OVERLAY_DISABLE=1), GPU-free through the project's pytest plugin.
     Tests in ``expected`` that pytest did not even report (a module that does not import)
@@ -621,7 +621,8 @@ def run_exported_tests(pythonpath: pathlib.Path, files: list[str], cache: pathli
     junit = cache / "junit.xml"
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                            "-p", PLUGIN_NAME, "-p", GPU_FREE_PLUGIN, "--show-capture=no",
-                           "--tb=short", f"--junitxml={junit}", "--rootdir", str(tree), *files],
+                           "--tb=short", f"--junitxml={junit}", "--rootdir", str(tree),
+                           *pytest_args, *files],
                           cwd=tree, env=env, text=True, capture_output=True)
     outcomes = {n: "ERROR" for n in expected}  # not reported: not even collected
     if junit.exists():
@@ -631,7 +632,8 @@ def run_exported_tests(pythonpath: pathlib.Path, files: list[str], cache: pathli
     return RunResult(outcomes, summary, proc.stdout[-8000:] + proc.stderr[-3000:])
 
 
-def check(run_tests: bool = True, compare_junit: pathlib.Path | None = None) -> int:
+def check(run_tests: bool = True, compare_junit: pathlib.Path | None = None,
+          pytest_args: Iterable[str] = ()) -> int:
     t0 = time.time()
     if not (PATCHES / "series").exists():
         print("patches/series missing: run `python tools/export_patches.py`", file=sys.stderr)
@@ -698,7 +700,7 @@ def check(run_tests: bool = True, compare_junit: pathlib.Path | None = None) -> 
             changed = git(tree, "diff", "--name-only", "HEAD~%d" % (i + 1), "HEAD").stdout.split()
             site = patched_torch(tree, changed, tmp / f"site_{i}")
             result = run_exported_tests(site, [overlay.test_file], tmp / f"cache_{i}", tree,
-                                        new_modules)
+                                        new_modules, pytest_args=pytest_args)
             patched[overlay.test_file] = result
             print(f"[check] tests of {overlay.name} against the patched copy (patches 1-{i + 1}, "
                   f"TORCH_OVERLAY_DISABLE=1, -p {GPU_FREE_PLUGIN}): {result.counts()} "
@@ -713,7 +715,7 @@ def check(run_tests: bool = True, compare_junit: pathlib.Path | None = None) -> 
             expected = [n for r in patched.values() for n in r.outcomes]
             site = patched_torch(tree, [], tmp / "site_pristine")
             result = run_exported_tests(site, list(patched), tmp / "cache_pristine", tree,
-                                        expected=expected)
+                                        expected=expected, pytest_args=pytest_args)
             failed = sum(1 for n in expected if result.outcomes.get(n) in ("FAILED", "ERROR"))
             print(f"[check] the same {len(expected)} tests against the pristine copy (torch "
                   f"{torch_info()['torch']}, TORCH_OVERLAY_DISABLE=1): {failed} failed, "
@@ -810,13 +812,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compare-junit", type=pathlib.Path, metavar="XML",
                         help="with --check: the junit xml of a `pytest test/` run; each exported "
                              "test file must have the same outcomes there")
+    parser.add_argument("--pytest-arg", action="append", default=[], metavar="ARG",
+                        help="with --check: passed to the pytest runs (e.g. -n=12 on the GPU)")
     parser.add_argument("--upstream", type=pathlib.Path, metavar="PATH",
                         help="report how the series applies to a pytorch checkout (left untouched)")
     parser.add_argument("--out", type=pathlib.Path, default=PATCHES, help="output directory")
     args = parser.parse_args(argv)
     try:
         if args.check:
-            return check(run_tests=not args.no_tests, compare_junit=args.compare_junit)
+            return check(run_tests=not args.no_tests, compare_junit=args.compare_junit,
+                         pytest_args=args.pytest_arg)
         if args.upstream:
             return try_upstream(args.upstream)
         with tempfile.TemporaryDirectory(prefix="export_") as tmp:
