@@ -377,8 +377,9 @@ def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
     kernel_inputs = MMKernelInputs(inputs, scalars=scalars, out_dtype=dtype)
     template = tensorcore_bmm_template if batch_dims else tensorcore_mm_template
     name = f"tensorcore_{op}"
-    # a symbolic M's config is the range's (plan_dynamic_m), not the size hint's
-    with heuristics.pinned(the_plan.config if dynamic_m else None):
+    # a symbolic M's config is the range's (plan_dynamic_m), not the size hint's; a
+    # frozen weight's is the decode tile, which the template's inputs do not tell apart
+    with heuristics.pinned(the_plan.config if dynamic_m or weight16 else None):
         choices = V.choices.get_template_configs(kernel_inputs, [template], name)
     if not choices:
         raise _Decline("no_config")

@@ -325,7 +325,15 @@ def select_configs(p: Problem, dev: DeviceModel, fused_a: bool, fused_b: bool,
     if forced is not None:
         return [forced] if _fits(forced, a_size, b_size, dev) else []
     m = max(1, p.m)
-    if m <= 256:
+    if decode16(p, dev) and not fused_b:
+        # a frozen 16-bit weight at decode: its own tiles (``_decode16_config``); the
+        # thin-tile design below is max-autotune's alternative
+        base = _decode16_config(p, dev)
+        variants = [base]
+        if exhaustive:
+            variants.append(TileConfig(16, 64, 128, GROUP_M=8, num_warps=4, num_stages=6))
+        most = base.num_stages
+    elif m <= 256:
         # an fp32 weight: one row tile up to 128 rows, so it is streamed once (H200,
         # 128x4096x4096 with x cast apart: 128x32x128 s4 24.6 us, 64x64x64 s6 27.4)
         block_m = _pow2_at_least(m, 16, 128 if b_size == FP32 else 64) if m <= 128 else 128
@@ -398,6 +406,30 @@ def select_configs(p: Problem, dev: DeviceModel, fused_a: bool, fused_b: bool,
         if fitted is not None and fitted not in out:
             out.append(fitted)
     return out
+
+
+def _decode16_config(p: Problem, dev: DeviceModel) -> TileConfig:
+    """The tile of a frozen 16-bit weight at decode (``decode16``): 16 rows, 128 deep.
+
+    128 columns a tile where that still gives most SMs one (a 32 KB slab of the weight
+    a stage keeps one tile an SM streaming), else 64 columns with K split until there
+    are about two tiles an SM. H200 (tools/explore_frozen_decode.py, CUDA-graph replay
+    without L2 flush, 2026-11-24; cuBLAS on the bf16 weight with x's cast kernel):
+    16x14336x4096 16x128x128 s4 31.6 us (cuBLAS 33.3; the thin 16x64x128 s6 34.7,
+    16x32x128 s6 38.2), 4x14336x4096 30.7 (33.1); 16x4096x4096 16x64x128 s3 split 4
+    10.2 us (11.1; 16x32x128 s6 12.4), 16x4096x14336 33.7 (36.3; 39.3).
+    """
+    block_k = min(128, _pow2_at_least(p.k, 16, 128))
+    wide = math.ceil(p.n / 128) >= 0.75 * dev.sm_count
+    block_n = 128 if wide else 64
+    split = 1
+    if not wide:
+        tiles = math.ceil(p.n / block_n)
+        k_steps = math.ceil(p.k / block_k)
+        while split < 4 and tiles * split < 1.5 * dev.sm_count and k_steps >= 8 * split:
+            split *= 2
+    return TileConfig(16, block_n, block_k, GROUP_M=8, num_warps=4,
+                      num_stages=4 if wide else 3, SPLIT_K=split)
 
 
 MAX_SPLIT_K = 8
@@ -510,9 +542,13 @@ def _template_terms(p: Problem, dev: DeviceModel, fused_a: bool, fused_b: bool,
         eff = dev.eff_16bit
     stream = dev.stream
     if decode16(p, dev) and not fused_b:
-        # one tile an SM streams its slab of the weight alone: H200 16x4096x4096 (128
-        # tiles) 0.53 of copy_bw, 16x4096x14336 0.57; 16x14336x4096 (224 tiles) 0.72
-        many = _tiles(p, config) * config.SPLIT_K >= 1.5 * dev.sm_count
+        # one thin tile an SM streams its slab of the weight alone: H200 16x4096x4096
+        # (16x32x128, 128 tiles) 0.53 of copy_bw, 16x4096x14336 0.57; 16x14336x4096
+        # (16x64x128, 224 tiles) 0.72; a 128-wide tile an SM streams as fast (16x128x128
+        # s4, 112 tiles: 31.6 us against the 16x64x128's 34.7, ``_decode16_config``)
+        programs = _tiles(p, config) * config.SPLIT_K
+        many = programs >= 1.5 * dev.sm_count or (
+            config.BLOCK_N >= 128 and programs >= 0.75 * dev.sm_count)
         stream = dev.stream16 if many else dev.stream16_one_wave
     return dict(casts=casts, compute=p.flops / (dev.mm_flops * eff),
                 dram=dram / (dev.copy_bw * stream * util), l2=l2 / dev.l2_rate,
