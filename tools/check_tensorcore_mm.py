@@ -1101,10 +1101,10 @@ def _frozen_compile(body: Callable, args: list, mode: str, forced=None):
     FREEZING_MODES or FREEZING_BEFORE) under torch.no_grad(), its first call the compile."""
     import torch._inductor.config as inductor_config
 
-    from torch._inductor.template_heuristics import tensorcore_mm as h
-
     freezing = "+freezing" in mode
     compiled = compile_fn(_fresh_fn(body), mode.split("+")[0], fresh=False)
+    if forced:  # the overlay's modules import only while it is enabled (compile_fn's)
+        from torch._inductor.template_heuristics import tensorcore_mm as h
     with (torch.no_grad(), no_caches(), inductor_config.patch(freezing=freezing),
           h.forced(*forced) if forced else contextlib.nullcontext(),
           _without_decode16() if mode == FREEZING_BEFORE else contextlib.nullcontext()):
