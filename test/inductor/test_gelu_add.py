@@ -1,10 +1,11 @@
 # Owner(s): ["module: inductor"]
-"""The gelu_add overlay: gelu(x) + r matched and lowered to one named pointwise kernel.
+"""The gelu_add pass (``config.gelu_add_fusion``): gelu(x) + r matched and lowered to one
+named pointwise kernel, rounded like eager; with ``config.tensorcore_mm_autocast``,
+gelu(F.linear(x, w, b)) + r as the epilogue of the tensor-core matmul template.
 
-Runs here without a GPU: pattern structure and golden kernels through the GPU-free
-CUDA codegen harness (``get_code(..., gpu="h200")``), values and gradients on
-Inductor's CPU backend. The CUDA tests run on a GPU machine:
-``pytest test/test_gelu_add.py -k GPU``.
+Pattern structure and golden kernels are checked in the CUDA code Inductor generates
+(``get_code``, which runs nothing; the goldens are the H200's), values and gradients on
+Inductor's CPU backend and on the CUDA GPU against eager and an fp64 reference.
 """
 from __future__ import annotations
 
@@ -20,17 +21,12 @@ import torch.nn.functional as F
 from torch._dynamo.utils import counters
 from torch._inductor import config as inductor_config
 from torch._inductor.test_case import TestCase, run_tests
-from torch._inductor.utils import run_and_get_code
+from torch._inductor.fx_passes import gelu_add as gelu_add_pass
+from torch._inductor.utils import get_code, run_and_get_code
 from torch.testing import FileCheck
 from torch.testing._internal.common_utils import instantiate_parametrized_tests, parametrize
-from torch.testing._internal.inductor_utils import GPU_TYPE, HAS_GPU
-
-from torch._inductor.fx_passes import gelu_add as gelu_add_overlay
-from torch_overlay.testing import get_code
-from torch_overlay.testing.golden import GoldenMixin
-
-HAS_CUDA_GPU = HAS_GPU and GPU_TYPE == "cuda"
-requires_cuda_gpu = unittest.skipUnless(HAS_CUDA_GPU, "needs a CUDA GPU")
+from torch.testing._internal.inductor_utils import GPU_TYPE, HAS_CPU
+from torch.testing._internal.triton_utils import requires_cuda_and_triton
 
 APPROXIMATIONS = ("none", "tanh")
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -43,7 +39,7 @@ def dtype_name(dtype: torch.dtype) -> str:
 # (x shape, residual shape): the same shape, a bias-like [N], a [1, N] row
 CASES = (((37, 129), (37, 129)), ((5, 7, 33), (33,)), ((9, 65), (1, 65)))
 
-# eager vs the overlay. fp32: 1e-6 relative (atol for sums that cancel to ~0).
+# eager vs the fused kernel. fp32: 1e-6 relative (atol for sums that cancel to ~0).
 # bf16/fp16: equal after rounding, i.e. at most one unit in the last place apart ...
 TOLERANCES = {
     torch.float32: (1e-6, 1e-6),
@@ -110,7 +106,28 @@ def kernel_names(code: list[str]) -> list[str]:
     return sorted(set(re.findall(r"\b(?:triton_poi|cpp)_fused_\w+?_\d+\b", "\n".join(code))))
 
 
-# the config flag of each feature: gelu_add, and tensorcore_mm with the metadata it needs
+# what varies between runs and machines in generated code: (pattern, replacement)
+VOLATILE = (
+    # compile counter of the process
+    (re.compile(r"# AOT ID: \['\d+_(\w+)'\]"), r"# AOT ID: ['<N>_\1']"),
+    # cache dir and content hash of the kernel file
+    (re.compile(r"# kernel path: \S+"), "# kernel path: <cache>"),
+    # hash of the Triton build and ptxas on the machine that compiled
+    (re.compile(r"'backend_hash': '[0-9A-F]{64}'"), "'backend_hash': '<backend_hash>'"),
+    # a constant's address in the wrapper's comment (freezing's _frozen_param<N>)
+    (re.compile(r"^(\w+ = None  # device\(.*\)) [0-9a-f]{6,}$", re.M), r"\1 <addr>"),
+)
+
+
+def golden_code(code: list[str]) -> str:
+    """The generated sources of each graph, joined, for ``assertExpected``."""
+    text = "\n# ---- next graph ----\n".join(code)
+    for pattern, replacement in VOLATILE:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+# the config flags of each feature: gelu_add, and tensorcore_mm with the metadata it needs
 FLAGS = {
     "gelu_add": ("gelu_add_fusion",),
     "tensorcore_mm": ("autocast_matmul_meta", "tensorcore_mm_autocast"),
@@ -123,32 +140,25 @@ def features(names=()):
     return inductor_config.patch({flag: flag in on for flags in FLAGS.values() for flag in flags})
 
 
-class GeluAddTestCase(GoldenMixin, TestCase):
-    def setUp(self):
-        super().setUp()
-        self._stock = features()
-        self._stock.__enter__()
-        counters.clear()
-
-    def tearDown(self):
-        self._stock.__exit__(None, None, None)
-        super().tearDown()
-
-    @property
-    def overlay_counts(self):
-        return counters["inductor"]
-
-    def cuda_code(self, fn, *inputs, overlay=True, dynamic=False, overlays=("gelu_add",)):
-        """Generated CUDA code for the H200 (GPU-free here), ``overlays`` on or none."""
-        torch._dynamo.reset()
-        with features(overlays if overlay else ()):
-            return get_code(torch.compile(fn, dynamic=dynamic), *inputs, gpu="h200")
-
-    def compile_and_run(self, fn, *inputs, overlay=True, dynamic=False, overlays=("gelu_add",)):
-        """(outputs, code) of a fresh compile on the inputs' device, ``overlays`` on or none."""
+class GeluAddTestCase(TestCase):
+    def cuda_code(self, fn, *inputs, enabled=True, dynamic=False, names=("gelu_add",)):
+        """The generated code of a fresh compile (nothing run), the features ``names`` on
+        or none; the inputs are CUDA tensors."""
         torch._dynamo.reset()
         with (
-            features(overlays if overlay else ()),
+            features(names if enabled else ()),
+            inductor_config.patch(fx_graph_cache=False),
+            functorch_config.patch(enable_autograd_cache=False),
+        ):
+            # a graph of extern kernels only comes with an empty kernel module
+            return [code for code in get_code(torch.compile(fn, dynamic=dynamic), *inputs) if code]
+
+    def compile_and_run(self, fn, *inputs, enabled=True, dynamic=False, names=("gelu_add",)):
+        """(outputs, code) of a fresh compile on the inputs' device, the features ``names``
+        on or none."""
+        torch._dynamo.reset()
+        with (
+            features(names if enabled else ()),
             inductor_config.patch(fx_graph_cache=False),
             functorch_config.patch(enable_autograd_cache=False),
         ):
@@ -169,8 +179,9 @@ class GeluAddTestCase(GoldenMixin, TestCase):
         torch.testing.assert_close(actual.double(), reference.double(), atol=atol, rtol=rtol)
 
 
+@requires_cuda_and_triton
 class GeluAddPatternTests(GeluAddTestCase):
-    """What matches and what does not, in CUDA code generated GPU-free for the H200.
+    """What matches and what does not, in the generated CUDA code.
 
     Each compiled function has one output: ``get_code`` runs nothing and its stand-in
     module returns one value, so several matches are multiplied into one result.
@@ -179,10 +190,11 @@ class GeluAddPatternTests(GeluAddTestCase):
     @parametrize("dtype", DTYPES, name_fn=dtype_name)
     @parametrize("approximate", APPROXIMATIONS)
     def test_matches_both_orders_and_broadcast_residuals(self, approximate, dtype):
-        code = self.cuda_code(product_of(gelu_add_three_ways(approximate)), *make_inputs(dtype, cases=SAME_X_CASES))
-        self.assertEqual(self.overlay_counts["gelu_add_matched"], 3)
-        self.assertEqual(self.overlay_counts["gelu_add_lowered"], 3)
-        self.assertEqual(self.overlay_counts["gelu_add_fallback"], 0)
+        inputs = make_inputs(dtype, device=GPU_TYPE, cases=SAME_X_CASES)
+        code = self.cuda_code(product_of(gelu_add_three_ways(approximate)), *inputs)
+        self.assertEqual(counters["inductor"]["gelu_add_matched"], 3)
+        self.assertEqual(counters["inductor"]["gelu_add_lowered"], 3)
+        self.assertEqual(counters["inductor"]["gelu_add_fallback"], 0)
         self.assertEqual(kernel_names(code), ["triton_poi_fused_gelu_add_mul_0"])
         # bf16/fp16: gelu's output rounded as eager does, then the add in fp32
         rounding = re.compile(r"(tmp\d+) = tmp\d+\.to\(tl\.(\w+)\)\n\s+tmp\d+ = \1\.to\(tl\.float32\)")
@@ -193,11 +205,11 @@ class GeluAddPatternTests(GeluAddTestCase):
 
     @parametrize("dtype", DTYPES, name_fn=dtype_name)
     def test_elements_per_thread_for_large_16_bit(self, dtype):
-        # 16M elements (fake tensors: nothing allocated on a device): 16-bit kernels take
-        # 16 elements a thread (XBLOCK 2048 with 4 warps), fp32 stays as stock
-        x, r = (torch.empty(4096, 4096, dtype=dtype) for _ in range(2))
+        # 16M elements: 16-bit kernels take 16 elements a thread (XBLOCK 2048 with 4
+        # warps), fp32 stays as stock
+        x, r = (torch.empty(4096, 4096, dtype=dtype, device=GPU_TYPE) for _ in range(2))
         code = self.cuda_code(lambda x, r: F.gelu(x) + r, x, r)
-        self.assertEqual(self.overlay_counts["gelu_add_matched"], 1)
+        self.assertEqual(counters["inductor"]["gelu_add_matched"], 1)
         self.assertEqual(elements_per_thread(code), ["0" if dtype == torch.float32 else "16"])
         # a bf16 gelu with an fp32 residual, add and output: not all 16-bit
         code = self.cuda_code(lambda x, r: F.gelu(x) + r.float(), x, r)
@@ -211,14 +223,15 @@ class GeluAddPatternTests(GeluAddTestCase):
 
         configs = triton_heuristics.pointwise(
             {"x": 1 << 26}, triton_meta={"device": None, "signature": {}},
-            min_elem_per_thread=gelu_add_overlay._elements_per_thread(),
+            min_elem_per_thread=gelu_add_pass._elements_per_thread(),
             inductor_meta={"autotune_pointwise": True}, return_configs=True)
         self.assertEqual([(c.kwargs["XBLOCK"], c.num_warps) for c in configs], [(2048, 4), (4096, 8)])
 
     def test_disabled_is_stock(self):
         fn = product_of(gelu_add_three_ways("none"))
-        code = self.cuda_code(fn, *make_inputs(torch.bfloat16, cases=SAME_X_CASES), overlay=False)
-        self.assertEqual(self.overlay_counts["gelu_add_matched"], 0)
+        code = self.cuda_code(fn, *make_inputs(torch.bfloat16, device=GPU_TYPE, cases=SAME_X_CASES),
+                              enabled=False)
+        self.assertEqual(counters["inductor"]["gelu_add_matched"], 0)
         self.assertEqual(kernel_names(code), ["triton_poi_fused_add_gelu_mul_0"])
 
     @parametrize("dtype", (torch.float32, torch.bfloat16), name_fn=dtype_name)
@@ -229,15 +242,15 @@ class GeluAddPatternTests(GeluAddTestCase):
             tanh_gelu = F.gelu(x2, approximate="tanh")
             return (gelu + r0) * gelu * (x1 * 0.5 * (1 + erf) + r1) * erf * (tanh_gelu + r2) * tanh_gelu
 
-        self.cuda_code(fn, *make_inputs(dtype, cases=SAME_X_CASES))
-        self.assertEqual(self.overlay_counts["gelu_add_matched"], 0)
+        self.cuda_code(fn, *make_inputs(dtype, device=GPU_TYPE, cases=SAME_X_CASES))
+        self.assertEqual(counters["inductor"]["gelu_add_matched"], 0)
 
     def test_upcast_of_x_may_have_other_users(self):
         def fn(x, r):
             return (F.gelu(x) + r) * x.float()
 
-        self.cuda_code(fn, *make_inputs(torch.bfloat16, cases=CASES[:1]))
-        self.assertEqual(self.overlay_counts["gelu_add_matched"], 1)
+        self.cuda_code(fn, *make_inputs(torch.bfloat16, device=GPU_TYPE, cases=CASES[:1]))
+        self.assertEqual(counters["inductor"]["gelu_add_matched"], 1)
 
     def test_scalar_constants_are_checked(self):
         def fn(x, r):
@@ -257,69 +270,71 @@ class GeluAddPatternTests(GeluAddTestCase):
                 * (tanh_gelu(x * 7, beta=0.79788456) + r)
             )
 
-        self.cuda_code(fn, *make_inputs(torch.float32, cases=CASES[:1]))
-        self.assertEqual(self.overlay_counts["gelu_add_matched"], 2)
+        self.cuda_code(fn, *make_inputs(torch.float32, device=GPU_TYPE, cases=CASES[:1]))
+        self.assertEqual(counters["inductor"]["gelu_add_matched"], 2)
 
     def test_no_match_for_alpha_or_scalar_residual(self):
         def fn(x0, r0, x1, r1):
             return torch.add(F.gelu(x0), r0, alpha=2) * (F.gelu(x1) + 1.5) * r1
 
-        self.cuda_code(fn, *make_inputs(torch.float32, cases=SAME_X_CASES[:2]))
-        self.assertEqual(self.overlay_counts["gelu_add_matched"], 0)
-        self.assertEqual(self.overlay_counts["gelu_add_rejected"], 2)
+        self.cuda_code(fn, *make_inputs(torch.float32, device=GPU_TYPE, cases=SAME_X_CASES[:2]))
+        self.assertEqual(counters["inductor"]["gelu_add_matched"], 0)
+        self.assertEqual(counters["inductor"]["gelu_add_rejected"], 2)
 
     def test_mixed_dtypes(self):
         def fn(x0, r0, x1, r1):
             # bf16 gelu promoted to an fp32 add; fp32 gelu of an upcast bf16 x
             return (F.gelu(x0) + r0.float()) * (F.gelu(x1.float(), approximate="tanh") + r1)
 
-        x0, r0, x1, r1 = make_inputs(torch.bfloat16, cases=SAME_X_CASES[:2])
+        x0, r0, x1, r1 = make_inputs(torch.bfloat16, device=GPU_TYPE, cases=SAME_X_CASES[:2])
         self.cuda_code(fn, x0, r0, x1, r1.float())
-        self.assertEqual(self.overlay_counts["gelu_add_matched"], 2)
+        self.assertEqual(counters["inductor"]["gelu_add_matched"], 2)
 
     def test_autocast_linear(self):
         # gelu(F.linear(x, w, b)) + r under bf16 autocast with fp32 parameters: x is mm + bias
         def fn(x, w, b, r):
-            with torch.autocast("cuda", dtype=torch.bfloat16):
+            with torch.autocast(GPU_TYPE, dtype=torch.bfloat16):
                 return F.gelu(F.linear(x, w, b), approximate="tanh") + r
 
         generator = torch.Generator().manual_seed(0)
-        inputs = [torch.randn(s, generator=generator) for s in ((256, 512), (1024, 512), (1024,), (256, 1024))]
+        inputs = [torch.randn(s, generator=generator).to(GPU_TYPE)
+                  for s in ((256, 512), (1024, 512), (1024,), (256, 1024))]
         code = "\n".join(self.cuda_code(fn, *inputs))
-        self.assertEqual(self.overlay_counts["gelu_add_matched"], 1)
+        self.assertEqual(counters["inductor"]["gelu_add_matched"], 1)
         self.assertEqual(len(re.findall(r"triton_poi_fused_\w*gelu_add_\d+\.run\(", code)), 1)
         # the matmul stays stock's (cuBLAS here: an extern call)
-        stock = "\n".join(self.cuda_code(fn, *inputs, overlay=False))
+        stock = "\n".join(self.cuda_code(fn, *inputs, enabled=False))
         extern_calls = re.compile(r"extern_kernels\.\w+\(.*")
         self.assertEqual(extern_calls.findall(code), extern_calls.findall(stock))
         self.assertTrue(extern_calls.findall(code))
 
 
-
+@requires_cuda_and_triton
 class GeluAddGoldenTests(GeluAddTestCase):
-    """The pointwise kernels for the H200, GPU-free."""
+    """The pointwise kernels, as generated for the H200."""
 
     @parametrize("approximate", APPROXIMATIONS)
     def test_golden_pointwise_bf16(self, approximate):
         fn = lambda x, r: F.gelu(x, approximate=approximate) + r  # noqa: E731
-        x, r = make_inputs(torch.bfloat16, cases=(((64, 1000), (64, 1000)),))
-        self.assertExpectedCode(self.cuda_code(fn, x, r))
-        self.assertEqual(self.overlay_counts["gelu_add_matched"], 1)
+        x, r = make_inputs(torch.bfloat16, device=GPU_TYPE, cases=(((64, 1000), (64, 1000)),))
+        self.assertExpected(golden_code(self.cuda_code(fn, x, r)))
+        self.assertEqual(counters["inductor"]["gelu_add_matched"], 1)
 
     @parametrize("approximate", APPROXIMATIONS)
     def test_golden_pointwise_fp32(self, approximate):
         fn = lambda x, r: r + F.gelu(x, approximate=approximate)  # noqa: E731
-        x, r = make_inputs(torch.float32, cases=(((64, 1000), (64, 1000)),))
-        self.assertExpectedCode(self.cuda_code(fn, x, r))
-        self.assertEqual(self.overlay_counts["gelu_add_matched"], 1)
+        x, r = make_inputs(torch.float32, device=GPU_TYPE, cases=(((64, 1000), (64, 1000)),))
+        self.assertExpected(golden_code(self.cuda_code(fn, x, r)))
+        self.assertEqual(counters["inductor"]["gelu_add_matched"], 1)
 
     def test_golden_broadcast_residual(self):
         fn = lambda x, r: F.gelu(x) + r  # noqa: E731
-        x, r = make_inputs(torch.float16, cases=(((64, 1000), (1000,)),))
-        self.assertExpectedCode(self.cuda_code(fn, x, r))
-        self.assertEqual(self.overlay_counts["gelu_add_matched"], 1)
+        x, r = make_inputs(torch.float16, device=GPU_TYPE, cases=(((64, 1000), (1000,)),))
+        self.assertExpected(golden_code(self.cuda_code(fn, x, r)))
+        self.assertEqual(counters["inductor"]["gelu_add_matched"], 1)
 
 
+@unittest.skipIf(not HAS_CPU, "requires C++ compiler")
 class GeluAddCPUTests(GeluAddTestCase):
     """Values and gradients on Inductor's CPU backend (C++ kernels)."""
 
@@ -328,7 +343,7 @@ class GeluAddCPUTests(GeluAddTestCase):
         fn = gelu_add_three_ways(approximate)
         inputs = make_inputs(torch.float32)
         outs, code = self.compile_and_run(fn, *inputs)
-        self.assertEqual(self.overlay_counts["gelu_add_matched"], 3)
+        self.assertEqual(counters["inductor"]["gelu_add_matched"], 3)
         self.assertTrue(all("gelu_add" in n for n in kernel_names(code)), kernel_names(code))
         for out, expected, reference in zip(outs, fn(*inputs), fp64_reference(fn, inputs, torch.float32)):
             self.assertMatchesEager(out, expected, torch.float32)
@@ -339,8 +354,8 @@ class GeluAddCPUTests(GeluAddTestCase):
         fn = gelu_add_three_ways("none")
         inputs = make_inputs(torch.bfloat16, cases=CASES[:1] * 3)
         outs, code = self.compile_and_run(fn, *inputs)
-        self.assertEqual(self.overlay_counts["gelu_add_matched"], 0)
-        self.assertEqual(self.overlay_counts["gelu_add_rejected"], 3)
+        self.assertEqual(counters["inductor"]["gelu_add_matched"], 0)
+        self.assertEqual(counters["inductor"]["gelu_add_rejected"], 3)
         for out, reference in zip(outs, fp64_reference(fn, inputs, torch.bfloat16)):
             self.assertMatchesReference(out, reference, torch.bfloat16)
 
@@ -348,19 +363,19 @@ class GeluAddCPUTests(GeluAddTestCase):
         fn = lambda x, r: torch.add(F.gelu(x), r, alpha=2)  # noqa: E731
         inputs = make_inputs(torch.float32, cases=CASES[1:2])
         out, _ = self.compile_and_run(fn, *inputs)
-        self.assertEqual(self.overlay_counts["gelu_add_matched"], 0)
+        self.assertEqual(counters["inductor"]["gelu_add_matched"], 0)
         self.assertMatchesEager(out, fn(*inputs), torch.float32)
 
     def test_lowering_error_falls_back_to_stock(self):
         fn = gelu_add_three_ways("tanh")
         inputs = make_inputs(torch.float32)
-        with mock.patch.object(gelu_add_overlay, "lower_gelu_add", side_effect=RuntimeError("injected")), \
-                self.assertLogs(gelu_add_overlay.log, logging.WARNING) as logs:
+        with mock.patch.object(gelu_add_pass, "lower_gelu_add", side_effect=RuntimeError("injected")), \
+                self.assertLogs(gelu_add_pass.log, logging.WARNING) as logs:
             outs, code = self.compile_and_run(fn, *inputs)
         self.assertEqual(len(logs.records), 3)  # one per match
         self.assertIn("gelu_add: lowering failed", logs.output[0])
-        self.assertEqual(self.overlay_counts["gelu_add_fallback"], 3)
-        self.assertEqual(self.overlay_counts["gelu_add_lowered"], 0)
+        self.assertEqual(counters["inductor"]["gelu_add_fallback"], 3)
+        self.assertEqual(counters["inductor"]["gelu_add_lowered"], 0)
         self.assertFalse(any("gelu_add" in n for n in kernel_names(code)), kernel_names(code))
         for out, expected in zip(outs, fn(*inputs)):
             self.assertMatchesEager(out, expected, torch.float32)
@@ -368,10 +383,10 @@ class GeluAddCPUTests(GeluAddTestCase):
     def test_check_error_leaves_match_to_stock(self):
         fn = gelu_add_three_ways("none")
         inputs = make_inputs(torch.float32)
-        with mock.patch.object(gelu_add_overlay, "spec_of_match", side_effect=RuntimeError("injected")):
+        with mock.patch.object(gelu_add_pass, "spec_of_match", side_effect=RuntimeError("injected")):
             outs, _ = self.compile_and_run(fn, *inputs)
-        self.assertEqual(self.overlay_counts["gelu_add_matched"], 0)
-        self.assertEqual(self.overlay_counts["gelu_add_check_error"], 3)
+        self.assertEqual(counters["inductor"]["gelu_add_matched"], 0)
+        self.assertEqual(counters["inductor"]["gelu_add_check_error"], 3)
         for out, expected in zip(outs, fn(*inputs)):
             self.assertMatchesEager(out, expected, torch.float32)
 
@@ -379,7 +394,7 @@ class GeluAddCPUTests(GeluAddTestCase):
         fn = gelu_add_three_ways("none")
         inputs = make_inputs(torch.float32)
         outs, code = self.compile_and_run(fn, *inputs, dynamic=True)
-        self.assertEqual(self.overlay_counts["gelu_add_matched"], 3)
+        self.assertEqual(counters["inductor"]["gelu_add_matched"], 3)
         self.assertTrue(all("gelu_add" in n for n in kernel_names(code)), kernel_names(code))
         for out, expected in zip(outs, fn(*inputs)):
             self.assertMatchesEager(out, expected, torch.float32)
@@ -390,7 +405,7 @@ class GeluAddCPUTests(GeluAddTestCase):
         inputs = make_inputs(torch.float32, requires_grad=True)
         eager_inputs = [t.detach().clone().requires_grad_() for t in inputs]
         outs, _ = self.compile_and_run(fn, *inputs)
-        self.assertEqual(self.overlay_counts["gelu_add_matched"], 3)  # forward graph
+        self.assertEqual(counters["inductor"]["gelu_add_matched"], 3)  # forward graph
         grad_outs = [torch.randn_like(o) for o in outs]
         torch.autograd.backward(outs, grad_outs)
         torch.autograd.backward(fn(*eager_inputs), grad_outs)
@@ -401,30 +416,30 @@ class GeluAddCPUTests(GeluAddTestCase):
 class GeluAddGPUTests(GeluAddTestCase):
     """Values and gradients on the CUDA GPU against eager and an fp64 reference."""
 
-    @requires_cuda_gpu
+    @requires_cuda_and_triton
     @parametrize("dtype", DTYPES, name_fn=dtype_name)
     @parametrize("approximate", APPROXIMATIONS)
     def test_values(self, approximate, dtype):
         fn = gelu_add_three_ways(approximate)
         inputs = make_inputs(dtype, device=GPU_TYPE)
         outs, code = self.compile_and_run(fn, *inputs)
-        self.assertEqual(self.overlay_counts["gelu_add_matched"], 3)
+        self.assertEqual(counters["inductor"]["gelu_add_matched"], 3)
         self.assertTrue(all("gelu_add" in n for n in kernel_names(code)), kernel_names(code))
         for out, expected, reference in zip(outs, fn(*inputs), fp64_reference(fn, inputs, dtype)):
             self.assertMatchesEager(out, expected, dtype)
             self.assertMatchesReference(out, reference, dtype)
 
-    @requires_cuda_gpu
+    @requires_cuda_and_triton
     @parametrize("dtype", (torch.bfloat16, torch.float16), name_fn=dtype_name)
     def test_stock_does_not_round_like_eager(self, dtype):
         # the discrimination of assertMatchesEager: stock's fused kernel fails it
         fn = gelu_add_three_ways("none")
         inputs = make_inputs(dtype, device=GPU_TYPE)
-        outs, _ = self.compile_and_run(fn, *inputs, overlay=False)
+        outs, _ = self.compile_and_run(fn, *inputs, enabled=False)
         with self.assertRaises(AssertionError):
             self.assertMatchesEager(outs[0], fn(*inputs)[0], dtype)
 
-    @requires_cuda_gpu
+    @requires_cuda_and_triton
     @parametrize("dtype", DTYPES, name_fn=dtype_name)
     @parametrize("approximate", APPROXIMATIONS)
     def test_training_gradients(self, approximate, dtype):
@@ -432,7 +447,7 @@ class GeluAddGPUTests(GeluAddTestCase):
         inputs = make_inputs(dtype, device=GPU_TYPE, requires_grad=True)
         eager_inputs = [t.detach().clone().requires_grad_() for t in inputs]
         outs, _ = self.compile_and_run(fn, *inputs)
-        self.assertGreaterEqual(self.overlay_counts["gelu_add_matched"], 3)
+        self.assertGreaterEqual(counters["inductor"]["gelu_add_matched"], 3)
         grad_outs = [torch.randn_like(o) for o in outs]
         torch.autograd.backward(outs, grad_outs)
         expected = fn(*eager_inputs)
@@ -444,7 +459,7 @@ class GeluAddGPUTests(GeluAddTestCase):
             atol, rtol = (1e-5, 1e-5) if dtype == torch.float32 else REFERENCE_TOLERANCES[dtype]
             torch.testing.assert_close(tensor.grad, eager_tensor.grad, atol=atol, rtol=rtol)
 
-    @requires_cuda_gpu
+    @requires_cuda_and_triton
     def test_autocast_linear(self):
         # gelu(F.linear(x, w, b)) + r under bf16 autocast, fp32 parameters
         generator = torch.Generator().manual_seed(0)
@@ -456,15 +471,15 @@ class GeluAddGPUTests(GeluAddTestCase):
                 return F.gelu(F.linear(x, w, b), approximate="tanh") + r
 
         out, code = self.compile_and_run(fn, x, w, b, r)
-        self.assertEqual(self.overlay_counts["gelu_add_matched"], 1)
+        self.assertEqual(counters["inductor"]["gelu_add_matched"], 1)
         self.assertTrue(any("gelu_add" in n for n in kernel_names(code)), kernel_names(code))
-        # the matmul's own rounding (stock: bias added after a bf16 mm) is not this overlay's
+        # the matmul's own rounding (stock: bias added after a bf16 mm) is not this pass's
         self.assertMatchesReference(out, fn(x, w, b, r), torch.bfloat16)
 
 
 def gelu_linear(approximate: str, autocast: bool = False):
     def fn(x, w, b, r):
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+        with torch.autocast(GPU_TYPE, dtype=torch.bfloat16, enabled=autocast):
             return F.gelu(F.linear(x, w, b), approximate=approximate) + r
 
     return fn
@@ -482,16 +497,17 @@ def template_kernels(code: list[str]) -> list[str]:
     return re.findall(r"(triton_tem_fused_\w+?_\d+)\.run\(", "\n".join(code))
 
 
+@requires_cuda_and_triton
 class GeluAddEpilogueTests(GeluAddTestCase):
-    """gelu(F.linear(x, w, b)) + r as the tensorcore_mm template's epilogue (issue 6
-    part 3), in code generated GPU-free for the H200.
+    """gelu(F.linear(x, w, b)) + r as the tensorcore_mm template's epilogue, in the
+    generated CUDA code (for the H200).
 
     The template fuses it wherever its cost model predicts a win over cuBLAS plus
     the pointwise kernel; on the H200 that is nowhere among the bf16 benchmark
-    shapes (BENCHMARKS.md), so the one-kernel form is asserted with the plan forced.
+    shapes, so the one-kernel form is asserted with the plan forced.
     """
 
-    OVERLAYS = ["tensorcore_mm", "gelu_add"]
+    FEATURES = ["tensorcore_mm", "gelu_add"]
 
     def code_with(self, fn, *inputs, force=None):
         from torch._inductor.template_heuristics import tensorcore_mm as heuristics
@@ -499,14 +515,14 @@ class GeluAddEpilogueTests(GeluAddTestCase):
         forced = (heuristics.forced("template", force) if force is not None
                   else contextlib.nullcontext())
         with forced, inductor_config.patch(shape_padding=False):
-            return self.cuda_code(fn, *inputs, overlays=self.OVERLAYS)
+            return self.cuda_code(fn, *inputs, names=self.FEATURES)
 
     def assertOneKernel(self, code):
         joined = "\n".join(code)
         self.assertEqual(len(template_kernels(code)), 1, joined)
         self.assertEqual(kernel_names(code), [], "no pointwise kernel after the template")
         self.assertNotIn("extern_kernels.", joined)
-        self.assertEqual(self.overlay_counts["tensorcore_mm_template_gelu_add"], 1)
+        self.assertEqual(counters["inductor"]["tensorcore_mm_template_gelu_add"], 1)
         # bias, rounding to bf16 (the matmul's output as eager stores it), gelu, its
         # rounding, residual: in this order, in the template's epilogue
         src = joined[joined.index("def triton_tem_fused"):]
@@ -515,40 +531,42 @@ class GeluAddEpilogueTests(GeluAddTestCase):
 
     @parametrize("approximate", APPROXIMATIONS)
     def test_golden_gemm_epilogue_bf16(self, approximate):
-        inputs = linear_inputs(512, 768, 320, torch.bfloat16)
+        inputs = linear_inputs(512, 768, 320, torch.bfloat16, device=GPU_TYPE)
         code = self.code_with(gelu_linear(approximate), *inputs, force=(False, False))
         self.assertOneKernel(code)
-        self.assertExpectedCode(code)
+        self.assertExpected(golden_code(code))
 
     def test_autocast_fp32_parameters(self):
         # the weight cast in the kernel too: the template reads fp32 w
         code = self.code_with(gelu_linear("tanh", autocast=True),
-                              *linear_inputs(512, 768, 320, torch.float32), force=(False, True))
+                              *linear_inputs(512, 768, 320, torch.float32, device=GPU_TYPE),
+                              force=(False, True))
         self.assertEqual(len(template_kernels(code)), 1)
         # x's cast is a kernel of its own (re-read by every column tile); nothing follows
         self.assertTrue(all("_to_copy" in name for name in kernel_names(code)), kernel_names(code))
-        self.assertEqual(self.overlay_counts["tensorcore_mm_template_gelu_add"], 1)
+        self.assertEqual(counters["inductor"]["tensorcore_mm_template_gelu_add"], 1)
 
     def test_3d_input_keeps_stock(self):
         # F.linear of [B, S, K]: a view between the matmul and the gelu-add, through
         # which Inductor's scheduler does not fuse a template's epilogue: not taken
         code = self.code_with(gelu_linear("none"),
-                              *linear_inputs(64, 256, 128, torch.bfloat16, lead=(4,)),
+                              *linear_inputs(64, 256, 128, torch.bfloat16, device=GPU_TYPE, lead=(4,)),
                               force=(False, False))
         self.assertEqual(template_kernels(code), [])
         pointwise = re.findall(r"triton_poi_fused_\w*gelu_add_\w*\d+\.run\(", "\n".join(code))
         self.assertEqual(len(pointwise), 1)
-        self.assertEqual(self.overlay_counts["tensorcore_mm_fallback:not_autocast"], 1)
+        self.assertEqual(counters["inductor"]["tensorcore_mm_fallback:not_autocast"], 1)
 
     def test_cost_model_keeps_cublas_plus_one_kernel(self):
         # H200, 8192x4096x1024 bf16: the template with the fused epilogue at best 0.189 ms
         # (erf; tanh 0.226), cuBLAS + the pointwise kernel 0.148-0.170
-        code = self.code_with(gelu_linear("none"), *linear_inputs(8192, 4096, 1024, torch.bfloat16))
+        code = self.code_with(gelu_linear("none"), *linear_inputs(8192, 4096, 1024, torch.bfloat16,
+                                                                 device=GPU_TYPE))
         self.assertEqual(template_kernels(code), [])
         pointwise = re.findall(r"triton_poi_fused_\w*gelu_add_\d+\.run\(", "\n".join(code))
         self.assertEqual(len(pointwise), 1)
         self.assertIn("extern_kernels.addmm", "\n".join(code))
-        self.assertEqual(self.overlay_counts["tensorcore_mm_stock:cost_model"], 1)
+        self.assertEqual(counters["inductor"]["tensorcore_mm_stock:cost_model"], 1)
 
     def test_other_reader_keeps_stock(self):
         # the matmul's output has another reader: the template would write it as well
@@ -556,19 +574,20 @@ class GeluAddEpilogueTests(GeluAddTestCase):
             y = F.linear(x, w, b)
             return (F.gelu(y) + r) * y
 
-        inputs = linear_inputs(512, 768, 320, torch.bfloat16)
+        inputs = linear_inputs(512, 768, 320, torch.bfloat16, device=GPU_TYPE)
         code = self.code_with(fn, *inputs, force=(False, False))
         self.assertEqual(template_kernels(code), [])
-        self.assertEqual(self.overlay_counts["tensorcore_mm_template_gelu_add"], 0)
+        self.assertEqual(counters["inductor"]["tensorcore_mm_template_gelu_add"], 0)
 
     def test_without_gelu_add_a_16bit_matmul_is_stock(self):
-        self.OVERLAYS = ["tensorcore_mm"]
-        code = self.code_with(gelu_linear("none"), *linear_inputs(512, 768, 320, torch.bfloat16),
+        self.FEATURES = ["tensorcore_mm"]
+        code = self.code_with(gelu_linear("none"),
+                              *linear_inputs(512, 768, 320, torch.bfloat16, device=GPU_TYPE),
                               force=(False, False))
         self.assertEqual(template_kernels(code), [])
-        self.assertEqual(self.overlay_counts["tensorcore_mm_fallback:not_autocast"], 1)
+        self.assertEqual(counters["inductor"]["tensorcore_mm_fallback:not_autocast"], 1)
 
-    @requires_cuda_gpu
+    @requires_cuda_and_triton
     @parametrize("approximate", APPROXIMATIONS)
     @parametrize("variant", ["bf16", "autocast"])
     def test_gpu_values_and_gradients(self, variant, approximate):
@@ -584,12 +603,12 @@ class GeluAddEpilogueTests(GeluAddTestCase):
             # slice, not the gelu-add, reads the matmul, and stock keeps it
             with heuristics.forced("template", (False, False) if variant == "bf16" else None), \
                     inductor_config.patch(shape_padding=False):
-                out, code = self.compile_and_run(fn, *inputs, overlays=self.OVERLAYS)
+                out, code = self.compile_and_run(fn, *inputs, names=self.FEATURES)
             expected = fn(*eager_inputs)
             reference_inputs = [t.detach().double().requires_grad_(requires_grad) for t in inputs]
             reference = fn(*reference_inputs)
             if not requires_grad:  # training keeps the matmul's output for the backward
-                self.assertEqual(len(template_kernels(code)), 1, dict(self.overlay_counts))
+                self.assertEqual(len(template_kernels(code)), 1, dict(counters["inductor"]))
                 self.assertEqual(kernel_names(code), [])
             # eager after rounding, where the matmul's own rounding agrees (it sums in
             # another order): one bf16 step of |gelu| + |r| at most
