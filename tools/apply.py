@@ -130,10 +130,12 @@ def cmd_run(names: list[str] | None, force: bool, command: list[str]) -> int:
     with tempfile.TemporaryDirectory(prefix="torch_overlay_run_") as tmp:
         # sitecustomize runs at start-up; chain to any sitecustomize it shadows
         pathlib.Path(tmp, "sitecustomize.py").write_text(
-            "import sys, importlib\n"
+            "import importlib.machinery, importlib.util, sys\n"
             f"sys.path.remove({tmp!r})\n"
-            "sys.modules.pop('sitecustomize', None)\n"
-            "try:\n    importlib.import_module('sitecustomize')\nexcept ImportError:\n    pass\n"
+            # run the shadowed one beside this module: site looks this one up by name after
+            "spec = importlib.machinery.PathFinder.find_spec('sitecustomize', sys.path)\n"
+            "if spec is not None:\n"
+            "    spec.loader.exec_module(importlib.util.module_from_spec(spec))\n"
             "import torch_overlay._autoload\ntorch_overlay._autoload.install()\n"
         )
         env = overlay_env(names, force)
