@@ -15,6 +15,15 @@ pytest_plugins = ["torch_overlay.testing.gpu_free"]
 torch_overlay.enable()
 
 
+@pytest.fixture(autouse=True, scope="session")
+def goldens_per_release():
+    from torch_overlay.testing.release_goldens import per_release
+
+    # the expect files beside the tests are the newest supported release's code
+    with per_release(newest=torch_overlay.SUPPORTED_TORCH[-1]):
+        yield
+
+
 def _flags_off():
     from torch._inductor import config
 
