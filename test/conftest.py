@@ -14,6 +14,19 @@ pytest_plugins = ["torch_overlay.testing.gpu_free"]
 # before the test modules import the new upstream modules
 torch_overlay.enable()
 
+if not torch_overlay.killed():
+    # Python processes the tests start get the overlays too, as a patched torch has them
+    import atexit
+    import os
+    import shutil
+    import tempfile
+
+    from torch_overlay._autoload import prepend_pythonpath, write_sitecustomize
+
+    _children = tempfile.mkdtemp(prefix="torch_overlay_children_")
+    atexit.register(shutil.rmtree, _children, ignore_errors=True)
+    prepend_pythonpath(os.environ, write_sitecustomize(_children))
+
 
 @pytest.fixture(autouse=True, scope="session")
 def goldens_per_release():

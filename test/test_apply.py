@@ -38,6 +38,11 @@ class TestApply(TestCase):
             self.pth.unlink()
         self.env = {k: v for k, v in os.environ.items()
                     if k not in ("TORCH_OVERLAY", "TORCH_OVERLAY_DISABLE", "TORCH_OVERLAY_FORCE")}
+        # without the activation conftest gives the suite's child processes: these tests
+        # start processes with and without it themselves
+        self.env["PYTHONPATH"] = os.pathsep.join(
+            p for p in self.env.get("PYTHONPATH", "").split(os.pathsep)
+            if p and not os.path.basename(p).startswith("torch_overlay_children_"))
 
     def tearDown(self):
         if self.pth.exists():

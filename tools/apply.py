@@ -128,18 +128,9 @@ def cmd_run(names: list[str] | None, force: bool, command: list[str]) -> int:
         raise UsageError("run needs a command: python tools/apply.py run -- CMD ...")
     check_stack(names, force)
     with tempfile.TemporaryDirectory(prefix="torch_overlay_run_") as tmp:
-        # sitecustomize runs at start-up; chain to any sitecustomize it shadows
-        pathlib.Path(tmp, "sitecustomize.py").write_text(
-            "import importlib.machinery, importlib.util, sys\n"
-            f"sys.path.remove({tmp!r})\n"
-            # run the shadowed one beside this module: site looks this one up by name after
-            "spec = importlib.machinery.PathFinder.find_spec('sitecustomize', sys.path)\n"
-            "if spec is not None:\n"
-            "    spec.loader.exec_module(importlib.util.module_from_spec(spec))\n"
-            "import torch_overlay._autoload\ntorch_overlay._autoload.install()\n"
-        )
-        env = overlay_env(names, force)
-        env["PYTHONPATH"] = os.pathsep.join([tmp] + [p for p in [env.get("PYTHONPATH")] if p])
+        from torch_overlay._autoload import prepend_pythonpath, write_sitecustomize
+
+        env = prepend_pythonpath(overlay_env(names, force), write_sitecustomize(tmp))
         try:
             return subprocess.call(command, env=env)
         except FileNotFoundError:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import importlib.abc
 import importlib.util
+import os
+import pathlib
 import sys
 import warnings
 
@@ -62,3 +64,24 @@ def install() -> None:
         activate()
     else:
         sys.meta_path.insert(0, _WaitForInductor())
+
+
+def write_sitecustomize(folder: str) -> str:
+    """A ``sitecustomize.py`` in ``folder`` that installs the hook at start-up in every
+    Python process with ``folder`` first on PYTHONPATH (``apply.py run``, the test suite's
+    child processes), after running any sitecustomize it shadows. Returns ``folder``."""
+    pathlib.Path(folder, "sitecustomize.py").write_text(
+        "import importlib.machinery, importlib.util, sys\n"
+        f"sys.path.remove({folder!r})\n"
+        # run the shadowed one beside this module: site looks this one up by name after
+        "spec = importlib.machinery.PathFinder.find_spec('sitecustomize', sys.path)\n"
+        "if spec is not None:\n"
+        "    spec.loader.exec_module(importlib.util.module_from_spec(spec))\n"
+        "import torch_overlay._autoload\ntorch_overlay._autoload.install()\n"
+    )
+    return folder
+
+
+def prepend_pythonpath(env: dict, folder: str) -> dict:
+    env["PYTHONPATH"] = os.pathsep.join([folder] + [p for p in [env.get("PYTHONPATH")] if p])
+    return env
