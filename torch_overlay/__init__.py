@@ -55,7 +55,7 @@ OVERLAYS: tuple[Overlay, ...] = tuple(REGISTRY.register(o) for o in (
 
 # torch releases the overlays were validated on (tests, goldens, GPU runs); elsewhere an
 # overlay whose edits apply still enables, and tools/apply.py asks for --force
-SUPPORTED_TORCH = ("2.11",)
+SUPPORTED_TORCH = ("2.11", "2.14", "2.15")
 
 
 def _env_flag(name: str) -> bool:
