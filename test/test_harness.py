@@ -47,7 +47,8 @@ class TestHarness(TestCase):
     def test_strides_and_dtype_are_kept(self):
         x = torch.randn(64, 32).t()  # column-major
         (code,) = get_code(torch.compile(lambda t: t.to(torch.float16) * 2), x, force_fake=True)
-        FileCheck().check("'*fp16'").check("assert_size_stride(arg0_1, (32, 64), (1, 32))").run(code)
+        # torch 2.14 appends the assert's kind: assert_size_stride(..., (1, 32), 'input')
+        FileCheck().check("'*fp16'").check("assert_size_stride(arg0_1, (32, 64), (1, 32)").run(code)
 
     def test_requires_grad_is_refused_clearly(self):
         w = torch.randn(8, 8, requires_grad=True)

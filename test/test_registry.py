@@ -14,7 +14,9 @@ from torch._inductor import config as inductor_config
 from torch._inductor.test_case import run_tests, TestCase
 
 import torch_overlay
-from torch_overlay._edits import EditError, FileDiff, apply_hunks, plan_swaps
+from torch_overlay._edits import (
+    EditError, FileDiff, apply_hunks, plan_swaps, select_edit, variant_files, variant_name,
+)
 from torch_overlay._registry import REGISTRY, Overlay, OverlayError
 
 MODULE = "torch_overlay_probe_module"
@@ -133,6 +135,42 @@ class TestEdits(TestCase):
         self.assertIn("x * 5", edited)
         self.assertTrue(edited.startswith("# one\n# two\n"))
 
+    def variants(self, **sources: str) -> pathlib.Path:
+        """probe.matmul.diff made against SOURCE edited by sources["primary"], and
+        probe.matmul.torch-X.Y.diff against the others: each the x + 1 -> x + 100 edit."""
+        primary = self.root / "probe.matmul.diff"
+        for release, made_against in sources.items():
+            path = primary if release == "primary" else self.root / f"probe.matmul.{release}.diff"
+            path.write_text(diff_of(made_against, made_against.replace("x + 1\n", "x + 100\n"),
+                                    f"{MODULE}.py"))
+        return primary
+
+    def test_the_first_edit_that_applies_is_used_primary_then_newest_release(self):
+        newer = SOURCE.replace("def plain(x):\n", "def plain(x):\n    x = x  # newer\n")
+        older = SOURCE.replace("def plain(x):\n", "def plain(x):\n    x = x  # older\n")
+        primary = self.variants(primary=newer, **{"torch-2.9": older, "torch-2.11": SOURCE})
+        self.assertEqual([variant_name(p) for p in variant_files(primary)],
+                         ["torch-2.11", "torch-2.9"])
+        chosen = select_edit(primary)  # the installed module is SOURCE
+        self.assertEqual(chosen.path.name, "probe.matmul.torch-2.11.diff")
+        (swap,) = plan_swaps([chosen])
+        swap.apply()
+        try:
+            self.assertEqual(self.module.plain(1), 101)
+        finally:
+            swap.restore()
+        primary = self.variants(primary=SOURCE)
+        self.assertEqual(select_edit(primary).path, primary)
+
+    def test_no_variant_applies_refuses_with_the_primarys_hunk(self):
+        newer = SOURCE.replace("def plain(x):\n", "def plain(x):\n    x = x  # newer\n")
+        older = SOURCE.replace("def plain(x):\n", "def plain(x):\n    x = x  # older\n")
+        primary = self.variants(primary=newer, **{"torch-2.9": older})
+        with self.assertRaisesRegex(EditError, r"probe\.matmul\.diff: the hunk at .*py:3 "
+                                    r"\(.*\) does not apply to torch " + re.escape(torch.__version__)
+                                    + r".*variants .* \(probe\.matmul\.torch-2\.9\.diff\)"):
+            select_edit(primary)
+
 
 class TestOverlays(TestCase):
     """The real overlays on the installed torch."""
@@ -145,6 +183,16 @@ class TestOverlays(TestCase):
         for overlay in status.overlays:
             self.assertEqual(overlay.state, "active", overlay.reason)
         self.assertIn("torch._inductor.kernel.mm.tuned_mm", edited)
+
+    def test_status_names_the_edit_used_per_file(self):
+        for overlay in torch_overlay.status().overlays:
+            self.assertEqual(len(overlay.variants), len(overlay.edits))
+            for edit in overlay.edits:
+                variant = re.search(r"\.(torch-\d+\.\d+)\.diff$", edit)
+                upstream = re.sub(r"\.[^/]*$", ".py", edit)
+                self.assertEqual(overlay.variants[upstream],
+                                 variant.group(1) if variant else "primary")
+        self.assertRegex(str(torch_overlay.status()), r"(?m)^    variant: ")
 
     def test_flags_declared_by_the_config_hunks(self):
         for overlay in torch_overlay.OVERLAYS:

@@ -14,8 +14,10 @@ a git tree of the pristine ``torch/_inductor`` of the installed torch (patches/U
 - Edits of existing upstream files: ``git apply`` of each of its
   ``torch_overlay/_inductor/**/<stem>.<overlay>.diff`` (``Overlay.edit_files``), so the
   patch's hunks are git's own output of the same edit (the export checks that they are
-  the very hunks of the ``.diff``). Its ``config.<overlay>.diff`` declares its flag in
-  ``torch/_inductor/config.py``.
+  the very hunks of the ``.diff``). Only these primary edits, made against the release
+  the series targets: the ``<stem>.<overlay>.torch-X.Y.diff`` variants beside them are
+  the same edits for older releases, used at run time only. Its ``config.<overlay>.diff``
+  declares its flag in ``torch/_inductor/config.py``.
 - New upstream modules: each of ``Overlay.modules`` (``kernel.mm_tensorcore`` is
   ``torch_overlay/_inductor/kernel/mm_tensorcore.py``) copied byte for byte to
   ``torch/_inductor/kernel/mm_tensorcore.py``, with each ``templates/*.jinja`` beside it
@@ -59,6 +61,8 @@ GIT_ENV = {
     "GIT_CONFIG_NOSYSTEM": "1",
     "GIT_CONFIG_GLOBAL": os.devnull,
 }
+# an edit's variant for an older torch (<stem>.<overlay>.torch-2.11.diff): never exported
+VARIANT = re.compile(r"\.torch-\d+\.\d+\.diff$")
 FORBIDDEN = "torch_overlay"  # no added line of the series may name it
 
 
@@ -161,7 +165,8 @@ def collect() -> list[OverlayExport]:
             for tpl in templates_loaded(source, read_source(source).decode()):
                 files[str(pathlib.PurePosixPath(path).parent / "templates" / tpl.name)] = tpl
         tests, test_file = overlay_tests(name)
-        out.append(OverlayExport(name, overlay.flag, tuple(overlay.requires), list(overlay.edit_files),
+        diffs = [p for p in overlay.edit_files if not VARIANT.search(p.name)]
+        out.append(OverlayExport(name, overlay.flag, tuple(overlay.requires), diffs,
                                  files, tests, test_file, PATCHES / f"{name}.md"))
     return out
 

@@ -55,7 +55,7 @@ OVERLAYS: tuple[Overlay, ...] = tuple(REGISTRY.register(o) for o in (
 
 # torch releases the overlays were validated on (tests, goldens, GPU runs); elsewhere an
 # overlay whose edits apply still enables, and tools/apply.py asks for --force
-SUPPORTED_TORCH = ("2.11",)
+SUPPORTED_TORCH = ("2.11", "2.14", "2.15")
 
 
 def _env_flag(name: str) -> bool:
@@ -118,8 +118,11 @@ class OverlayStatus:
     state: str  # "active" | "inactive" | "refused" | "killed"
     reason: str | None
     flag: str
-    edits: list[str]  # the .diff files, relative to torch_overlay/_inductor
+    edits: list[str]  # the .diff files used on this torch, relative to torch_overlay/_inductor
     functions: list[str]  # upstream functions its edits replace the code of
+    # edited upstream file -> "primary" (made against the newest supported release) or
+    # the older release whose variant applies ("torch-2.11")
+    variants: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -138,6 +141,10 @@ class Status:
             lines.append(f"{o.name}: {o.state}" + (f" ({o.reason})" if o.reason else ""))
             lines.append(f"    {o.purpose}")
             lines.append(f"    flag torch._inductor.config.{o.flag}; edits {', '.join(o.edits)}")
+            if o.variants:
+                kinds = set(o.variants.values())
+                lines.append("    variant: " + (kinds.pop() if len(kinds) == 1 else ", ".join(
+                    f"{path} {kind}" for path, kind in o.variants.items())))
             for function in o.functions:
                 lines.append(f"    edits {function}")
         edited = sorted({f for o in self.overlays for f in o.functions})
@@ -160,7 +167,8 @@ def status() -> Status:
     active, refused = REGISTRY.enabled(), REGISTRY.refused()
     overlays = []
     for overlay in OVERLAYS:
-        swaps, reason = REGISTRY.plan(overlay.name)
+        plan = REGISTRY.plan(overlay.name)
+        swaps, reason = plan.swaps, plan.reason
         if overlay.name in active:
             state, reason = "active", None
         elif overlay.name in refused:
@@ -172,8 +180,11 @@ def status() -> Status:
         else:
             state = "inactive"
         functions = [swap.target for swap in swaps]
-        edits = [str(p.relative_to(OVERLAY_ROOT)) for p in overlay.edit_files]
+        # the edits in use: the primary, or the variant that applies to this torch
+        chosen = {p.name.split(".")[0]: p for p in plan.edits}
+        edits = [str(chosen.get(p.name.split(".")[0], p).relative_to(OVERLAY_ROOT))
+                 for p in overlay.edit_files]
         overlays.append(OverlayStatus(overlay.name, overlay.purpose, state, reason,
-                                      overlay.flag, edits, functions))
+                                      overlay.flag, edits, functions, plan.variants))
     replaced = [s.target for s in REGISTRY.swaps]
     return Status(torch.__version__, triton_version, killed(), overlays, replaced)

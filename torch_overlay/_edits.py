@@ -12,6 +12,14 @@ drift: the edit is refused, naming the function and the torch version.
 
 ``config.py`` is the one file whose hunks are module-level: they declare the features'
 flags (``name: type = default``), installed into the live ``torch._inductor.config``.
+
+Variants: ``<stem>.<overlay>.diff`` is made against the newest torch release the overlays
+support (the one the exported series targets); the same edit made against an older
+release whose source around it differs lies beside it as
+``<stem>.<overlay>.torch-<major>.<minor>.diff``, named by the release it was made
+against. ``select_edit`` takes the primary if its hunks apply to the installed source,
+else the first variant that applies (newest release first): chosen by what applies,
+never by version string.
 """
 from __future__ import annotations
 
@@ -142,6 +150,55 @@ def apply_hunks(source: str, diff: FileDiff) -> tuple[str, list[tuple[int, int]]
         lines[at:at + len(hunk.old)] = hunk.new
         shift += len(hunk.new) - len(hunk.old)
     return "\n".join(lines) + "\n", changed
+
+
+_VARIANT = re.compile(r"\.torch-(\d+)\.(\d+)\.diff$")
+
+
+def variant_files(primary: pathlib.Path) -> list[pathlib.Path]:
+    """The variants of the edit ``primary`` for older releases, newest release first."""
+    stem = primary.name.removesuffix(".diff")
+    found = []
+    for path in primary.parent.glob(f"{stem}.torch-*.diff"):
+        if m := _VARIANT.search(path.name[len(stem):]):
+            found.append(((int(m.group(1)), int(m.group(2))), path))
+    return [path for _, path in sorted(found, reverse=True)]
+
+
+def variant_name(path: pathlib.Path) -> str:
+    """``torch-2.11`` for a variant, ``primary`` for the edit made against the newest release."""
+    m = _VARIANT.search(path.name)
+    return f"torch-{m.group(1)}.{m.group(2)}" if m else "primary"
+
+
+def installed_source(diff: FileDiff) -> str:
+    """The source of the installed upstream module ``diff`` edits."""
+    return inspect.getsource(importlib.import_module(diff.module))
+
+
+def select_edit(primary: pathlib.Path) -> FileDiff:
+    """The primary edit if its hunks apply to the installed torch, else the first variant
+    (``variant_files``) that applies. Raises the primary's EditError (the hunk, function
+    and torch version) when none does.
+
+    A config.py edit only declares flags: where none of its variants' contexts is found
+    the primary still declares them (its hunks are not applied at run time).
+    """
+    candidates = [FileDiff.read(primary)] + [FileDiff.read(p) for p in variant_files(primary)]
+    source = installed_source(candidates[0])
+    error = None
+    for diff in candidates:
+        try:
+            apply_hunks(source, diff)
+            return diff
+        except EditError as e:
+            error = error or e
+    if candidates[0].declares_config:
+        return candidates[0]
+    if len(candidates) > 1:
+        others = ", ".join(d.path.name for d in candidates[1:])
+        raise EditError(f"{error}; its variants for older releases do not apply either ({others})")
+    raise error
 
 
 def _definitions(tree: ast.Module) -> Iterator[tuple[str, ast.AST]]:

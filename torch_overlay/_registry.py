@@ -3,7 +3,9 @@
 An ``Overlay`` names its ``torch._inductor.config`` flag, the new upstream modules it adds
 (plain files under ``torch_overlay/_inductor/`` at their upstream paths, imported under
 their upstream names) and, by file name, its edits of existing upstream functions
-(``torch_overlay/_inductor/**/<file>.<overlay>.diff``, see ``_edits``). Enabling installs
+(``torch_overlay/_inductor/**/<file>.<overlay>.diff``, made against the newest supported
+release, with ``<file>.<overlay>.torch-X.Y.diff`` variants for older ones where their
+source differs: the first that applies is used, see ``_edits``). Enabling installs
 the flags, applies the edits of every enabled overlay (all or nothing) and turns the flag
 on; disabling puts the original code objects back and removes the flags.
 """
@@ -13,13 +15,17 @@ import dataclasses
 import hashlib
 import importlib.abc
 import importlib.util
+import inspect
 import logging
 import pathlib
 import sys
 import threading
-from typing import Any, Iterable
+from typing import Any, Iterable, NamedTuple
 
-from ._edits import OVERLAY_ROOT, EditError, FileDiff, Swap, config_declarations, plan_swaps
+from ._edits import (
+    OVERLAY_ROOT, EditError, FileDiff, Swap, config_declarations, plan_swaps, select_edit,
+    variant_name,
+)
 
 log = logging.getLogger("torch_overlay")
 
@@ -45,10 +51,14 @@ class Overlay:
 
     @property
     def edit_files(self) -> list[pathlib.Path]:
+        """The primary edits (made against the newest supported release; the exported ones)."""
         return sorted(OVERLAY_ROOT.rglob(f"*.{self.name}.diff"))
 
     def edits(self) -> list[FileDiff]:
-        return [FileDiff.read(p) for p in self.edit_files]
+        """Per upstream file, the edit that applies to the installed torch: the primary or
+        a variant for an older release (``_edits.select_edit``). Raises EditError when
+        none does."""
+        return [select_edit(p) for p in self.edit_files]
 
     def module_files(self) -> dict[str, pathlib.Path]:
         """Upstream module name -> the file that is that module."""
@@ -94,6 +104,17 @@ def install_module_finder(overlays: Iterable[Overlay]) -> None:
         UPSTREAM_MODULES.files.update(overlay.module_files())
     if UPSTREAM_MODULES not in sys.meta_path:
         sys.meta_path.insert(0, UPSTREAM_MODULES)
+
+
+class Plan(NamedTuple):
+    """What an overlay's edits do on the installed torch (nothing applied yet)."""
+
+    swaps: list[Swap]
+    reason: str | None  # why they do not apply; None when they do
+    # upstream file (relative to torch/_inductor) -> the edit used: "primary" or
+    # "torch-2.11" (a variant for an older release), for the files chosen before a refusal
+    variants: dict[str, str]
+    edits: list[pathlib.Path]  # the .diff files used, in the order of Overlay.edit_files
 
 
 class Registry:
@@ -149,17 +170,24 @@ class Registry:
             visit(name)
         return order
 
-    def plan(self, name: str) -> tuple[list[Swap], str | None]:
+    def plan(self, name: str) -> Plan:
         """The swaps ``name``'s edits alone make on the installed torch (none done), or why
-        they do not apply."""
+        they do not apply, and which variant of each edited file is used."""
+        variants: dict[str, str] = {}
+        diffs: list[FileDiff] = []
         try:
-            return plan_swaps([d for d in self.get(name).edits() if not d.declares_config]), None
+            for path in self.get(name).edit_files:
+                diff = select_edit(path)
+                variants[diff.upstream.removeprefix("torch/_inductor/")] = variant_name(diff.path)
+                diffs.append(diff)
+            swaps = plan_swaps([d for d in diffs if not d.declares_config])
+            return Plan(swaps, None, variants, [d.path for d in diffs])
         except (EditError, ImportError, SyntaxError) as e:
-            return [], str(e)
+            return Plan([], str(e), variants, [d.path for d in diffs])
 
     def check(self, name: str) -> str | None:
         """Why ``name``'s edits do not apply to the installed torch; None when they do."""
-        return self.plan(name)[1]
+        return self.plan(name).reason
 
     # -- enable / disable ----------------------------------------------------
     def enable(self, names: Iterable[str] | None = None) -> list[str]:
@@ -271,13 +299,27 @@ def _add_config(config: Any, name: str, default: Any, kind: type) -> bool:
                            f"module differs from torch 2.11's ({type(e).__name__}: {e})") from e
     if name in entries:
         return False
-    entries[name] = _ConfigEntry(_Config(default=default, value_type=kind))
-    config._is_dirty = True
+    declared = _Config(default=default, value_type=kind)
+    # torch 2.14 keeps each value in a ContextVar named by the entry
+    if "name" in inspect.signature(_ConfigEntry).parameters:
+        entries[name] = _ConfigEntry(declared, name)
+    else:
+        entries[name] = _ConfigEntry(declared)
+    _config_changed(config)
     return True
 
 
 def _remove_config(config: Any, name: str) -> None:
     if config._config.pop(name, None) is not None:
+        _config_changed(config)
+
+
+def _config_changed(config: Any) -> None:
+    """Drop what the config module cached of its entries (hash, exported dict)."""
+    if hasattr(config, "_hash_dirty_var"):  # torch 2.14: per-context caches
+        config._hash_dirty_var.set(True)
+        config._get_dict_dirty_keys_var.set(None)  # None: recompute every key
+    else:
         config._is_dirty = True
 
 

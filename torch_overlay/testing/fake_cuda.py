@@ -111,6 +111,8 @@ def fake_cuda(profile: GPUProfile) -> Iterator[None]:
         mock.patch("torch.accelerator.is_available", lambda: False),
         mock.patch("torch.cuda.get_rng_state", lambda device="cuda": torch.zeros(16, dtype=torch.uint8)),
         mock.patch("torch.cuda.set_rng_state", lambda new_state, device="cuda": None),
+        # torch 2.14's Dynamo refuses to trace during a CUDA graph capture: asks the driver
+        mock.patch("torch.cuda.is_current_stream_capturing", lambda: False),
         # FakeTensor creates one real tensor per device to initialise a context
         mock.patch("torch._subclasses.fake_tensor.init_gpu_context", lambda device: None),
         mock.patch("torch.cuda.get_device_properties", get_device_properties),
@@ -130,7 +132,8 @@ def fake_cuda(profile: GPUProfile) -> Iterator[None]:
         mock.patch.object(cuda_iface.Worker, "set_device", staticmethod(lambda device: None)),
     ]
     for mod, name in _module_bindings("has_triton", triton_utils.has_triton):
-        patches.append(mock.patch.object(mod, name, lambda: True))
+        # torch 2.15 asks has_triton(include_cpu=True)
+        patches.append(mock.patch.object(mod, name, lambda *args, **kwargs: True))
     for mod, name in _module_bindings("triton_backend", triton_utils.triton_backend):
         patches.append(mock.patch.object(mod, name, fake_triton_backend))
     for mod, name in _module_bindings(

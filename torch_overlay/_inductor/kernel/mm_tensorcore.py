@@ -386,6 +386,10 @@ def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
     if inductor_config.max_autotune or inductor_config.max_autotune_gemm:
         choices.extend(_stock_choices(op, kernel_inputs, layout, dtype))
     result = autotune_select_algorithm(name, choices, kernel_inputs.nodes(), layout)
+    if isinstance(result, tuple):  # torch 2.13 returns (node, chosen choice)
+        result = result[0]
+    if not isinstance(result, ir.IRNode):
+        raise TypeError(f"{name}: autotuning returned {type(result).__name__}, not IR")
     _count("tensorcore_mm_template")
     if weight16:
         _count("tensorcore_mm_template_frozen")
