@@ -52,6 +52,16 @@ def edited_source(path_suffix: str, *replacements: str):
     return mock.patch.object(export_patches, "read_source", read)
 
 
+def on_pinned_torch() -> bool:
+    try:
+        export_patches.require_pinned_torch()
+        return True
+    except export_patches.ExportError:
+        return False
+
+
+@unittest.skipUnless(on_pinned_torch(), "the series is made against the torch of "
+                     "patches/UPSTREAM_PIN (the newest validated release): CI exports it there")
 class TestExportPatches(TestCase):
     def export(self, tmp: pathlib.Path, name: str) -> pathlib.Path:
         out = tmp / name
@@ -186,6 +196,17 @@ class TestExportPatches(TestCase):
                          "the test runs are the CI step `python tools/export_patches.py --check`")
     def test_patched_passes_pristine_fails(self):
         self.assertEqual(export_patches.check(run_tests=True), 0)
+
+
+class TestPinnedTorch(TestCase):
+    def test_another_torch_is_refused_naming_both(self):
+        other = dict(export_patches.torch_info(), torch="2.99.0", git_version="f" * 40)
+        with mock.patch.object(export_patches, "torch_info", lambda: other):
+            with self.assertRaisesRegex(export_patches.ExportError,
+                                        r"targets the torch of patches/UPSTREAM_PIN \(git \w{12}\); "
+                                        r"this is torch 2\.99\.0 \(git ffffffffffff\)"):
+                export_patches.require_pinned_torch()
+            self.assertEqual(export_patches.main(["--check", "--no-tests"]), 1)
 
 
 if __name__ == "__main__":

@@ -263,6 +263,26 @@ def torch_info() -> dict[str, str]:
             "triton": triton_version, "root": str(pathlib.Path(torch.__file__).resolve().parent)}
 
 
+def pinned_git_version() -> str | None:
+    """The torch commit the committed series targets (patches/UPSTREAM_PIN)."""
+    pin = PATCHES / "UPSTREAM_PIN"
+    if not pin.exists():
+        return None
+    m = re.search(r"^git_version (\w+)", pin.read_text(), re.M)
+    return m.group(1) if m else None
+
+
+def require_pinned_torch() -> None:
+    """The series is made against one release: refuse another one, saying which."""
+    info, pinned = torch_info(), pinned_git_version()
+    if pinned is not None and info["git_version"] != pinned:
+        raise ExportError(
+            f"the series targets the torch of patches/UPSTREAM_PIN (git {pinned[:12]}); this is "
+            f"torch {info['torch']} (git {info['git_version'][:12]}). Run the export with that "
+            "torch (.ci/constraints-newest.txt), or, to move the series to this one, delete "
+            "patches/UPSTREAM_PIN first")
+
+
 def pristine_tree(dest: pathlib.Path) -> pathlib.Path:
     """torch/_inductor/**/*.py and *.jinja of the installed torch, committed in a git repo."""
     info = torch_info()
@@ -643,6 +663,11 @@ def check(run_tests: bool = True, compare_junit: pathlib.Path | None = None,
     if not (PATCHES / "series").exists():
         print("patches/series missing: run `python tools/export_patches.py`", file=sys.stderr)
         return 1
+    try:
+        require_pinned_torch()
+    except ExportError as e:
+        print(f"export_patches: {e}", file=sys.stderr)
+        return 1
     with tempfile.TemporaryDirectory(prefix="export_check_") as tmp:
         tmp = pathlib.Path(tmp)
         # 1. stale?
@@ -829,6 +854,7 @@ def main(argv: list[str] | None = None) -> int:
                          pytest_args=args.pytest_arg)
         if args.upstream:
             return try_upstream(args.upstream)
+        require_pinned_torch()
         with tempfile.TemporaryDirectory(prefix="export_") as tmp:
             names = build_series(args.out, pathlib.Path(tmp))
         for n in names:
