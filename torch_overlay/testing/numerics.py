@@ -98,7 +98,8 @@ def compare(out: torch.Tensor, r: Refs, dtype) -> dict:
     element within tolerance, at most MAX_MISMATCH of them mismatches, and (a) the
     error against fp64 on the fp32 inputs no worse than eager autocast's (torch's
     defaults) with ERR_SLACK. Operands not rounded to 16 bits, an extra or a missing
-    rounding, or 16-bit accumulation fail (TestValueCriterion in test/test_tensorcore_mm_numerics.py).
+    rounding, or 16-bit accumulation fail (TestValueCriterion in
+    test/test_tensorcore_mm_numerics.py).
     """
     out64 = out.double()
     es, ideal, exact = r.eager_fp32.double(), r.ideal.double(), r.exact
