@@ -106,7 +106,8 @@ class TestGpuFreePlugin(TestCase):
                         "" if result is None else (result.get("message") or ""))
 
     def outcome(self, name):
-        self.assertIn(name, self.outcomes, self.run_result.stdout[-3000:] + self.run_result.stderr[-3000:])
+        self.assertIn(name, self.outcomes,
+                      self.run_result.stdout[-3000:] + self.run_result.stderr[-3000:])
         return self.outcomes[name]
 
     def assertPassed(self, name):
