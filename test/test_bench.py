@@ -385,7 +385,7 @@ class TestCommandLine(TestCase):
         self.assertIs(row["code_differs"], False)  # no overlay selected: the same code
         self.assertIn("overlay s / stock s", out)
 
-    @unittest.skipUnless(torch.cuda.is_available(), "needs a GPU")
+    @unittest.skipUnless(bench.gpu_available(), "needs a real GPU")
     def test_quick_run_on_gpu(self):
         with tempfile.TemporaryDirectory() as tmp:
             rc, out, _ = self.run_main(["--quick", "--workloads", "pointwise", "--out", tmp])

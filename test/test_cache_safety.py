@@ -17,6 +17,11 @@ class TestCacheSafety(TestCase):
         env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache_dir,
                    TORCHINDUCTOR_FX_GRAPH_CACHE="1", TORCHINDUCTOR_AUTOGRAD_CACHE="1")
         env.pop("TORCH_OVERLAY_DISABLE", None)
+        # without the activation conftest gives the suite's child processes: the worker
+        # enables (or not) only its toy overlay, else the real ones' flags are in the key
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in env.get("PYTHONPATH", "").split(os.pathsep)
+            if p and not os.path.basename(p).startswith("torch_overlay_children_"))
         out = subprocess.run([sys.executable, str(WORKER), state, *flags], env=env,
                              capture_output=True, text=True, timeout=300)
         self.assertEqual(out.returncode, 0, out.stderr[-3000:])

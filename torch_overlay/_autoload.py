@@ -1,9 +1,10 @@
 """Activation in every process of an environment (``python tools/apply.py``).
 
 The ``.pth`` file that apply.py writes calls ``install()`` at interpreter start.
-That must stay cheap, so nothing imports torch here: a meta-path finder waits for
-``torch._inductor.compile_fx`` (imported by the first ``torch.compile``) and then
-enables the overlays that ``$TORCH_OVERLAY`` selects (all by default). A failure
+That must stay cheap, so nothing imports torch here: the overlays' new modules become
+importable under their upstream names at once (a meta-path finder), and another finder
+waits for ``torch._inductor.compile_fx`` (imported by the first ``torch.compile``) and
+then enables the overlays that ``$TORCH_OVERLAY`` selects (all by default). A failure
 warns and leaves stock Inductor in place; it never breaks the user's process.
 """
 from __future__ import annotations
@@ -57,7 +58,20 @@ class _WaitForInductor(importlib.abc.MetaPathFinder):
         return spec
 
 
+def install_upstream_modules() -> None:
+    """The overlays' new modules importable under their upstream names from now on
+    (``from torch._inductor.fx_passes import gelu_add`` before anything has imported
+    Inductor's compile_fx), as on a torch patched by the series; not under the kill
+    switch, where such a torch has its own. Imports no torch."""
+    import torch_overlay
+    from torch_overlay._registry import install_module_finder
+
+    if not torch_overlay.killed():
+        install_module_finder(torch_overlay.OVERLAYS)
+
+
 def install() -> None:
+    install_upstream_modules()
     if any(isinstance(f, _WaitForInductor) for f in sys.meta_path):
         return
     if TRIGGER in sys.modules:

@@ -27,7 +27,11 @@ from torch._inductor import config as inductor_config
 from torch._inductor.decomposition import select_decomp_table
 from torch._inductor.test_case import run_tests, TestCase
 from torch._inductor.utils import get_code, run_and_get_code
-from torch.testing._internal.common_utils import instantiate_parametrized_tests, parametrize
+from torch.testing._internal.common_utils import (
+    instantiate_parametrized_tests,
+    parametrize,
+    recover_orig_fp32_precision,
+)
 from torch.testing._internal.inductor_utils import GPU_TYPE
 from torch.testing._internal.triton_utils import requires_cuda_and_triton
 
@@ -260,7 +264,10 @@ class TestMatmulMetaDetection(MatmulMetaOnly, TestCase):
         args = (cpu_leaf(7, 13, dtype=torch.float64), cpu_leaf(13, 5, dtype=torch.float64),
                 torch.randint(-3, 3, (7, 13)), torch.randint(-3, 3, (13, 5)))
         found = metas_of(aten_graphs(fn, *args, backward=False))
-        fp64, int64 = (m for _, _, m in found)
+        # by the matmul's dtype: the graph's order of the two is not Dynamo's contract
+        by_dtype = {node.meta["val"].dtype: m for _, node, m in found}
+        self.assertEqual(len(found), 2)
+        fp64, int64 = by_dtype[torch.float64], by_dtype[torch.int64]
         # autocast leaves fp64 alone: no autocast dtype although inside the region
         self.assertNotAutocast(fp64, "none", torch.float64)
         self.assertEqual(fp64.accumulate_dtype, torch.float64)
@@ -326,22 +333,24 @@ class TestMatmulMetaDetection(MatmulMetaOnly, TestCase):
         for _, _, meta in found:
             self.assertAutocast(meta, torch.bfloat16)
 
+    @recover_orig_fp32_precision
     def test_fp32_tensor_core_follows_matmul_precision(self):
-        precision = torch.get_float32_matmul_precision()
-        try:
-            for setting, allowed in (("highest", False), ("high", True), ("medium", True)):
-                torch.set_float32_matmul_precision(setting)
-                self.assertEqual(matmul_meta._fp32_tensor_core_allowed("cuda"), allowed, setting)
-                self.assertFalse(matmul_meta._fp32_tensor_core_allowed("cpu"))
-        finally:
-            torch.set_float32_matmul_precision(precision)
+        # (set_float32_matmul_precision cannot put back the backends' "none": the
+        # decorator restores their fp32_precision flags)
+        for setting, allowed in (("highest", False), ("high", True), ("medium", True)):
+            torch.set_float32_matmul_precision(setting)
+            self.assertEqual(matmul_meta._fp32_tensor_core_allowed("cuda"), allowed, setting)
+            self.assertFalse(matmul_meta._fp32_tensor_core_allowed("cpu"))
 
     def test_cast_source_and_get_matmul_meta(self):
         fn, args, _ = case_linear(torch.bfloat16)
         (_, gm), = aten_graphs(fn, *args, backward=False)
         (_, addmm, meta), = metas_of([("forward", gm)])
         self.assertIs(get_matmul_meta(addmm), meta)
-        x, w, bias = (n for n in gm.graph.nodes if n.op == "placeholder")
+        # the inputs by their shapes (the order of the graph's placeholders may differ)
+        placeholders = {tuple(n.meta["val"].shape): n
+                        for n in gm.graph.nodes if n.op == "placeholder"}
+        x, w, bias = (placeholders[shape] for shape in ((7, 13), (5, 13), (5,)))
         # cast_source indexes node.args: addmm(bias, x, permute(cast(w)))
         self.assertIs(cast_source(addmm, 0), bias)
         self.assertIs(cast_source(addmm, 1), x)
@@ -608,6 +617,11 @@ class TestMatmulMetaCUDACodegen(MatmulMetaOnly, TestCase):
         stock = cuda_code(autocast_linear, *args)
         self.assertEqual(without_comments(code), without_comments(stock))
 
+    @recover_orig_fp32_precision
+    def cuda_code_at_high_precision(self, fn, *args):
+        torch.set_float32_matmul_precision("high")  # TF32 allowed: recorded at compile
+        return cuda_code(fn, *args)
+
     def test_cpu_autocast_and_fp32_precision_on_cuda(self):
         def fn(x, w, v):
             # CPU autocast does not touch CUDA matmuls; a CUDA region does
@@ -620,12 +634,7 @@ class TestMatmulMetaCUDACodegen(MatmulMetaOnly, TestCase):
 
         args = (torch.randn(17, 40, device=GPU_TYPE), torch.randn(40, 24, device=GPU_TYPE),
                 torch.randn(40, 8, device=GPU_TYPE))
-        precision = torch.get_float32_matmul_precision()
-        try:
-            torch.set_float32_matmul_precision("high")  # TF32 allowed: recorded at compile
-            code = cuda_code(fn, *args)
-        finally:
-            torch.set_float32_matmul_precision(precision)
+        code = self.cuda_code_at_high_precision(fn, *args)
         self.assertExpected(golden_code(comment_lines(code)))
         lines = comment_lines(code).splitlines()
         self.assertEqual(len(lines), 2)

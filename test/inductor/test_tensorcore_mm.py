@@ -153,11 +153,20 @@ def comparable(code: list[str]) -> str:
 @contextlib.contextmanager
 def tolerate_dynamic_outputs():
     # get_code's stand-in module returns None; AOTAutograd then marks dynamic dims on it
+    # (by the helper of either name: maybe_mark_dynamic_helper was renamed
+    # mark_dynamo_propagated_dynamic_indices)
     from torch._functorch._aot_autograd import runtime_wrappers
 
-    original = runtime_wrappers.maybe_mark_dynamic_helper
-    with mock.patch.object(runtime_wrappers, "maybe_mark_dynamic_helper",
-                           lambda t, dims: None if t is None else original(t, dims)):
+    def skip_none(original):
+        return lambda t, dims: None if t is None else original(t, dims)
+
+    names = ("maybe_mark_dynamic_helper", "mark_dynamo_propagated_dynamic_indices")
+    with contextlib.ExitStack() as stack:
+        for name in names:
+            if hasattr(runtime_wrappers, name):
+                original = getattr(runtime_wrappers, name)
+                stack.enter_context(
+                    mock.patch.object(runtime_wrappers, name, skip_none(original)))
         yield
 
 
@@ -699,6 +708,7 @@ def compile_for_sm90(name: str, src: str) -> dict:
     import triton
     from torch._inductor.runtime.hints import DeviceProperties
     from triton.backends.compiler import GPUTarget
+    from triton.backends.nvidia.compiler import get_ptxas
     from triton.compiler import ASTSource
 
     triton_meta = eval(re.search(r"triton_meta=(\{.*?\}),\n", src, re.S).group(1),
@@ -718,7 +728,9 @@ def compile_for_sm90(name: str, src: str) -> dict:
             options={"num_warps": cfg.num_warps, "num_stages": cfg.num_stages},
         )
         ptx = compiled.asm["ptx"]
-        ptxas = pathlib.Path(triton.__file__).parent / "backends/nvidia/bin/ptxas"
+        # the ptxas Triton itself uses for sm_90 (its newest, where the bundled ptxas is
+        # older than the PTX it emits)
+        ptxas = get_ptxas(90).path
         (pathlib.Path(d) / "k.ptx").write_text(ptx)
         info = subprocess.run([str(ptxas), "-v", "--gpu-name=sm_90a", str(pathlib.Path(d) / "k.ptx"),
                                "-o", str(pathlib.Path(d) / "k.cubin")],

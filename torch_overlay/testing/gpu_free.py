@@ -9,7 +9,9 @@ a faked GPU (``--gpu-free-profile``, default h200; see ``fake_cuda``):
 - ``torch.cuda.is_available()`` is true while tests are collected and run, so
   ``HAS_GPU`` is true and ``GPU_TYPE`` is "cuda";
 - CUDA tensors (factories with ``device="cuda"``, ``Tensor.to``/``.cuda()``, so also
-  ``nn.Module.to``) are FakeTensors of the same shape, stride and dtype;
+  ``nn.Module.to``) are FakeTensors of the same shape, stride and dtype; moving one that
+  is already on the faked GPU returns it (or its dtype conversion);
+- ``torch.Generator(device="cuda")`` is a CPU generator (the factories draw on the CPU);
 - Inductor generates the same CUDA Triton source as on that GPU, which ``get_code`` returns;
 - a test that would run CUDA code (or autograd on a CUDA tensor) is skipped, naming why:
   only a real GPU has values.
@@ -70,8 +72,12 @@ class FakeGPU:
             warnings.filterwarnings("ignore", "Accessing the data pointer of FakeTensor")
             for name in FACTORIES:
                 stack.enter_context(_patch(torch, name, self._factory(getattr(torch, name))))
+            stack.enter_context(_patch(torch, "Generator", _FakeGPUGenerator))
             stack.enter_context(_patch(torch.Tensor, "to", self._tensor_to(torch.Tensor.to)))
             stack.enter_context(_patch(torch.Tensor, "cuda", self._tensor_cuda(torch.Tensor.cuda)))
+            stack.enter_context(_patch(torch.nn.Module, "to", self._module_to(torch.nn.Module.to)))
+            stack.enter_context(_patch(torch.nn.Module, "cuda",
+                                       self._module_cuda(torch.nn.Module.cuda)))
             # nn.Module.to then gives each parameter a new Parameter around the FakeTensor
             # instead of setting a real Parameter's .data to it
             compatible = torch._has_compatible_shallow_copy_type
@@ -113,8 +119,16 @@ class FakeGPU:
     def _tensor_to(self, original: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(original)
         def to(t: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-            device, dtype, _, _ = torch._C._nn._parse_to(*args, **kwargs)
-            if not _is_cuda(device) or _is_fake(t) or _compiling():
+            device, dtype, _, memory_format = torch._C._nn._parse_to(*args, **kwargs)
+            if not _is_cuda(device) or _compiling():
+                return original(t, *args, **kwargs)
+            if _on_faked_gpu(t):
+                # already there: the real Tensor.to would ask the driver for the device
+                if dtype is None or dtype == t.dtype:
+                    return t
+                return original(t, dtype=dtype, memory_format=memory_format
+                                or torch.preserve_format)
+            if _is_fake(t):
                 return original(t, *args, **kwargs)
             return self.fake(original(t, dtype=dtype) if dtype is not None else t)
 
@@ -123,9 +137,48 @@ class FakeGPU:
     def _tensor_cuda(self, original: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(original)
         def cuda(t: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-            if _is_fake(t) or _compiling():
+            if _compiling():
+                return original(t, *args, **kwargs)
+            if _on_faked_gpu(t):
+                return t  # already there (the real .cuda() would ask the driver)
+            if _is_fake(t):
                 return original(t, *args, **kwargs)
             return self.fake(t)
+
+        return cuda
+
+    def _module_to(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        # nn.Module.to swaps each FakeTensor parameter for its conversion in place, which
+        # fails (FakeTensorMode holds weak references to it): a module already on the faked
+        # GPU gets new Parameters around the converted tensors instead (what .to does to a
+        # CPU module here), and keeps those that stay as they are
+        @functools.wraps(original)
+        def to(module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+            device, dtype, non_blocking, _ = torch._C._nn._parse_to(*args, **kwargs)
+            tensors = [*module.parameters(), *module.buffers()]
+            if (_compiling() or not any(_on_faked_gpu(t) for t in tensors)
+                    or (device is not None and not _is_cuda(device))):
+                return original(module, *args, **kwargs)
+            for sub in module.modules():
+                for name, p in sub._parameters.items():
+                    if p is not None:
+                        q = _convert(p, device, dtype, non_blocking)
+                        if q is not p:
+                            sub._parameters[name] = torch.nn.Parameter(
+                                q, requires_grad=p.requires_grad)
+                for name, b in sub._buffers.items():
+                    if b is not None:
+                        sub._buffers[name] = _convert(b, device, dtype, non_blocking)
+            return module
+
+        return to
+
+    def _module_cuda(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(original)
+        def cuda(module: torch.nn.Module, device: Any = None) -> Any:
+            if any(_on_faked_gpu(t) for t in [*module.parameters(), *module.buffers()]):
+                return module.to("cuda")
+            return original(module, device)
 
         return cuda
 
@@ -186,6 +239,40 @@ def _is_fake(t: torch.Tensor) -> bool:
     from torch._subclasses.fake_tensor import FakeTensor
 
     return isinstance(t, FakeTensor)
+
+
+def _convert(t: torch.Tensor, device: Any, dtype: Any, non_blocking: bool) -> torch.Tensor:
+    """What nn.Module.to does to one of its tensors: dtype only for floating point ones."""
+    if dtype is not None and not (t.is_floating_point() or t.is_complex()):
+        dtype = None
+    if device is None and dtype is None:
+        return t
+    return t.to(device if device is not None else t.device, dtype, non_blocking)
+
+
+def _on_faked_gpu(t: torch.Tensor) -> bool:
+    """A FakeTensor on the faked CUDA device (a test's input, or a parameter around one)."""
+    return _is_fake(t) and t.device.type == "cuda"
+
+
+_GENERATOR = torch.Generator
+
+
+class _GeneratorType(type):
+    # isinstance(g, torch.Generator) stays true for every generator while patched
+    def __instancecheck__(cls, obj: Any) -> bool:
+        return isinstance(obj, _GENERATOR)
+
+    def __subclasscheck__(cls, sub: type) -> bool:
+        return issubclass(sub, _GENERATOR)
+
+
+class _FakeGPUGenerator(metaclass=_GeneratorType):
+    """``torch.Generator`` while a GPU is faked: a CUDA generator is a CPU one (the faked
+    factories draw on the CPU and keep only shape, stride and dtype)."""
+
+    def __new__(cls, device: Any = "cpu") -> Any:
+        return _GENERATOR() if _is_cuda(device) else _GENERATOR(device)
 
 
 @contextlib.contextmanager

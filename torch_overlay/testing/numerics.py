@@ -1,5 +1,5 @@
 """The value criterion for 16-bit autocast matmuls, one implementation for
-tools/check_tensorcore_mm.py and test/test_tensorcore_mm.py (so the two cannot disagree).
+tools/check_tensorcore_mm.py and test/test_tensorcore_mm_numerics.py (so the two cannot disagree).
 
 ``references`` computes what an output is judged against, ``compare`` measures it and
 ``verdict`` decides. The definition is at ``compare``.
@@ -98,7 +98,8 @@ def compare(out: torch.Tensor, r: Refs, dtype) -> dict:
     element within tolerance, at most MAX_MISMATCH of them mismatches, and (a) the
     error against fp64 on the fp32 inputs no worse than eager autocast's (torch's
     defaults) with ERR_SLACK. Operands not rounded to 16 bits, an extra or a missing
-    rounding, or 16-bit accumulation fail (test_tensorcore_mm's TestValueCriterion).
+    rounding, or 16-bit accumulation fail (TestValueCriterion in
+    test/test_tensorcore_mm_numerics.py).
     """
     out64 = out.double()
     es, ideal, exact = r.eager_fp32.double(), r.ideal.double(), r.exact
