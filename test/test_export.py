@@ -10,12 +10,15 @@ import contextlib
 import io
 import os
 import pathlib
+import re
 import sys
 import tempfile
 import unittest
 from unittest import mock
 
+import torch
 from torch._inductor.test_case import run_tests, TestCase
+
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tools"))
@@ -23,7 +26,6 @@ sys.path.insert(0, str(REPO / "tools"))
 import export_patches  # noqa: E402
 
 NAMES = ("matmul_meta", "tensorcore_mm", "gelu_add")
-
 
 def files(d: pathlib.Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(d.iterdir())}
@@ -116,12 +118,14 @@ class TestExportPatches(TestCase):
     def test_patch_has_the_hunks_of_the_diff(self):
         # two lines of context instead of git's three: git applies it, but would write
         # the edit as another hunk, so the patch would not carry the .diff's hunk
+        text = (REPO / "torch_overlay" / "_inductor" / "config.gelu_add.diff").read_text()
+        header = re.search(r"^@@ -(\d+),6 \+(\d+),11 @@(.*\n)", text, re.M)
+        lines = text[header.end():].splitlines(True)
+        shorter = f"@@ -{int(header[1]) + 1},4 +{int(header[2]) + 1},9 @@{header[3]}"
         with tempfile.TemporaryDirectory() as tmp, \
                 edited_source("config.gelu_add.diff",
-                              "@@ -275,6 +275,11 @@", "@@ -276,4 +276,9 @@",
-                              " # set to True to enable the back-to-back GEMM pass\n", "",
-                              " # only applied before/after pattern_matcher in post_grad_passes.\n #\n",
-                              " # only applied before/after pattern_matcher in post_grad_passes.\n"):
+                              header[0] + lines[0], shorter,  # the first context line
+                              lines[-2] + lines[-1], lines[-2]):  # and the last
             with self.assertRaisesRegex(export_patches.ExportError, "config.gelu_add.diff applies, but git "
                                         "writes the edit of torch/_inductor/config.py as other hunks"):
                 self.export(pathlib.Path(tmp), "x")
