@@ -19,7 +19,6 @@ import subprocess
 import sys
 import tempfile
 import unittest
-from types import SimpleNamespace
 from unittest import mock
 
 import torch
@@ -37,18 +36,17 @@ from torch.testing._internal.inductor_utils import GPU_TYPE, HAS_CPU, HAS_CUDA_A
 
 BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
 
-# what torch.cuda.get_device_properties reports on the GPUs the cost model knows (the
-# fields device_model reads): the plans asserted below are these devices', whatever GPU
-# runs the tests
-DEVICE_PROPERTIES = {
-    "h200": SimpleNamespace(name="NVIDIA H200", major=9, minor=0, multi_processor_count=132,
-                            shared_memory_per_block_optin=232448),
-    "h100": SimpleNamespace(name="NVIDIA H100 80GB HBM3", major=9, minor=0,
-                            multi_processor_count=132, shared_memory_per_block_optin=232448),
-    "a100": SimpleNamespace(name="NVIDIA A100-SXM4-80GB", major=8, minor=0,
-                            multi_processor_count=108, shared_memory_per_block_optin=166912),
+# what three GPUs report (SMs, shared memory, SM clock, DRAM peak = memory clock x bus
+# width): the plans asserted below are these devices', whatever GPU runs the tests
+DEVICE_SPECS = {
+    "h200": heuristics.DeviceSpec(cc=90, sm_count=132, smem_per_block=232448, sm_clock=1.98e9,
+                                  dram_bw=3.201e9 * 2 * 6144 / 8),
+    "h100": heuristics.DeviceSpec(cc=90, sm_count=132, smem_per_block=232448, sm_clock=1.98e9,
+                                  dram_bw=2.619e9 * 2 * 5120 / 8),
+    "a100": heuristics.DeviceSpec(cc=80, sm_count=108, smem_per_block=166912, sm_clock=1.41e9,
+                                  dram_bw=1.593e9 * 2 * 5120 / 8),
 }
-H200 = heuristics.device_model(DEVICE_PROPERTIES["h200"])
+H200 = heuristics.device_model(DEVICE_SPECS["h200"])
 
 # the template needs bf16 tensor cores (sm_80); the generated code and the plans that the
 # codegen tests assert are the H200's (its SM count and measured rates)
@@ -312,8 +310,10 @@ class TestCostModel(TestCase):
         }
         for mnk, want in expected.items():
             plan = heuristics.plan(self.linear_problem(*mnk), H200)
-            self.assertEqual((plan.path, plan.fused_a, plan.fused_b, plan.config), want,
-                             (mnk, plan.describe()))
+            got = (plan.path, plan.fused_a, plan.fused_b, plan.config)
+            if plan.path == "stock":  # a stock plan to measure names the template to time
+                got = ("stock", False, False, None)
+            self.assertEqual(got, want, (mnk, plan.describe()))
 
     def test_decode_grid_fills_the_sms(self):
         plan = heuristics.plan(self.linear_problem(16, 4096, 4096), H200)
@@ -347,7 +347,7 @@ class TestCostModel(TestCase):
 
     @parametrize("gpu", ["h200", "h100", "a100"])
     def test_every_config_fits_shared_memory(self, gpu):
-        dev = heuristics.device_model(DEVICE_PROPERTIES[gpu])
+        dev = heuristics.device_model(DEVICE_SPECS[gpu])
         for m in (1, 16, 37, 128, 200, 1024, 4096):
             for fused in ((True, True), (False, True), (True, False)):
                 p = self.linear_problem(m, 4096, 4096)
@@ -359,6 +359,19 @@ class TestCostModel(TestCase):
                                          dev.smem_per_block, (gpu, m, fused, cfg))
                     self.assertGreaterEqual(min(cfg.BLOCK_M, cfg.BLOCK_N, cfg.BLOCK_K), 16)
 
+    def test_uncertain_wins_are_measured(self):
+        # decode streams the fp32 weight once: a large predicted win is taken as is
+        decode = heuristics.plan(self.linear_problem(16, 4096, 4096), H200)
+        self.assertEqual((decode.path, decode.measure), ("template", False), decode.describe())
+        # tiles that re-read their operands: timed on the device before the template is used
+        for mnk in [(1024, 1024, 1024), (256, 4096, 4096), (1576, 4096, 1024)]:
+            plan = heuristics.plan(self.linear_problem(*mnk), H200)
+            self.assertTrue(plan.measure, plan.describe())
+            self.assertIsNotNone(plan.config)
+        # predicted slower: stock, nothing to time
+        big = heuristics.plan(self.linear_problem(4096, 4096, 4096), H200)
+        self.assertEqual((big.path, big.measure), ("stock", False), big.describe())
+
     def test_too_little_shared_memory_keeps_stock(self):
         import dataclasses
 
@@ -367,20 +380,28 @@ class TestCostModel(TestCase):
         self.assertEqual(plan.path, "stock")
         self.assertTrue(plan.reason.startswith("smem"), plan.reason)
 
-    @requires_h200
-    def test_h200_properties_are_the_device_s(self):
-        # the plans asserted here are those the codegen tests see on this device
+    @requires_cuda_sm80
+    def test_model_of_this_device(self):
+        # from what the device reports: its peaks, scaled to what a copy and cuBLAS reach
         props = torch.cuda.get_device_properties()
-        for field, value in vars(DEVICE_PROPERTIES["h200"]).items():
-            self.assertEqual(getattr(props, field), value, field)
-        self.assertEqual(heuristics.device_model(props), H200)
+        dev = heuristics.current_device_model(torch.device(GPU_TYPE))
+        spec = heuristics.device_spec(props)
+        self.assertEqual(dev.sm_count, props.multi_processor_count)
+        self.assertAlmostEqual(dev.copy_bw, heuristics.COPY_OF_PEAK * spec.dram_bw)
+        self.assertGreater(dev.mm_flops, 0)
+
+    def test_models_scale_with_the_device(self):
+        h100 = heuristics.device_model(DEVICE_SPECS["h100"])
+        self.assertAlmostEqual(H200.copy_bw / h100.copy_bw, 6144 * 3.201 / (5120 * 2.619))
+        self.assertEqual(H200.mm_flops, h100.mm_flops)  # same SMs, clock and architecture
+        a100 = heuristics.device_model(DEVICE_SPECS["a100"])
+        self.assertLess(a100.mm_flops, H200.mm_flops / 3)
 
     def test_pre_ampere_has_no_model(self):
-        class T4:
-            name, major, minor, multi_processor_count = "Tesla T4", 7, 5, 40
-            shared_memory_per_block_optin = 65536
-
-        self.assertIsNone(heuristics.device_model(T4))
+        t4 = dataclasses.replace(DEVICE_SPECS["a100"], cc=75)
+        self.assertIsNone(heuristics.device_model(t4))
+        # a device that reports no memory clock has no roofline either
+        self.assertIsNone(heuristics.device_model(dataclasses.replace(t4, cc=90, dram_bw=0)))
 
 
 @requires_h200
@@ -672,9 +693,41 @@ class TestTensorCoreMMFallback(TensorCoreMMTestCase):
                 self.cuda_code(linear(), *gpu_randn((16, 64), (32, 64)))
 
     @requires_cuda_sm80
+    @parametrize("winner", ["stock", "template"])
+    def test_measured_choice(self, winner):
+        # an uncertain plan is timed against cast kernels + the 16-bit GEMM; stock's win
+        # gives stock's own lowering, the template's gives the template
+        from torch._inductor.select_algorithm import TritonTemplateCaller
+
+        offered = []
+
+        def timed(name, choices, *args, **kwargs):
+            offered.append(len(choices))
+            pick = [c for c in choices if isinstance(c, TritonTemplateCaller) == (winner == "template")]
+            return pick[0].output_node()
+
+        inputs = gpu_randn((1024, 1024), (1024, 1024), (1024,))
+        with mock.patch.object(mm_tensorcore, "autotune_select_algorithm", timed), \
+                mock.patch("torch.cuda.is_initialized", return_value=True):
+            code = self.cuda_code(linear(), *inputs)
+        self.assertEqual(offered, [2])
+        if winner == "stock":
+            self.assertStock(code, "tensorcore_mm_stock:measured")
+            stock = self.cuda_code(linear(), *inputs, enabled=False)
+            # the timed stand-in is dead code: only the buffer it named is gone
+            renumbered = lambda c: re.sub(r"\bbuf\d+", "buf", comparable(c))  # noqa: E731
+            self.assertEqual(renumbered(code), renumbered(stock))
+        else:
+            self.assertTemplate(code)
+        with inductor_config.patch(tensorcore_mm_measure=False):
+            self.cuda_code(linear(), *inputs)
+        self.assertEqual(self.counts["tensorcore_mm_template"], 1)  # the prediction's choice
+        self.assertEqual(offered, [2])
+
+    @requires_cuda_sm80
     def test_config_exceeding_shared_memory(self):
         small = dataclasses.replace(H200, smem_per_block=8 * 1024)
-        with mock.patch.object(heuristics, "device_model", return_value=small):
+        with mock.patch.object(heuristics, "current_device_model", return_value=small):
             code = self.cuda_code(linear(), *gpu_randn((16, 4096), (4096, 4096)))
         self.assertStock(code, "tensorcore_mm_fallback:smem")
         self.assertEqual(len(cast_kernels(code)), 2)
@@ -1002,6 +1055,7 @@ instantiate_parametrized_tests(TestCostModel)
 instantiate_parametrized_tests(TestTensorCoreMMCodegen)
 instantiate_parametrized_tests(TestTensorCoreMMGPU)
 instantiate_parametrized_tests(TestTensorCoreMMFreezing)
+instantiate_parametrized_tests(TestTensorCoreMMFallback)
 
 if __name__ == "__main__":
     run_tests()

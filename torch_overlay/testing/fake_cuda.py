@@ -92,9 +92,9 @@ def fake_cuda(profile: GPUProfile) -> Iterator[None]:
             "multiprocessor_count": profile.multi_processor_count,
             "max_num_regs": profile.regs_per_multiprocessor,
             "warpSize": profile.warp_size,
-            "sm_clock_rate": 0,
-            "mem_clock_rate": 0,
-            "mem_bus_width": 0,
+            "sm_clock_rate": profile.clock_rate,
+            "mem_clock_rate": profile.memory_clock_rate,
+            "mem_bus_width": profile.memory_bus_width,
         }
 
     cuda_iface = device_interface.CudaInterface

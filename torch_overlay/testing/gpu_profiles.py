@@ -3,7 +3,8 @@
 Values are what ``torch.cuda.get_device_properties`` reports on the real parts. The
 h200 profile was read off the project's H200 and is checked against it by
 test/test_harness.py whenever that GPU is present; ``total_memory`` of h100/a100 is
-the nominal size (Inductor's codegen does not read it).
+the nominal size (Inductor's codegen does not read it). The clocks and bus width of
+h100 are what an H100 SXM reported (2026-11-23); h200's and a100's are their specs.
 """
 from __future__ import annotations
 
@@ -20,6 +21,9 @@ class GPUProfile:
     L2_cache_size: int
     shared_memory_per_block_optin: int
     shared_memory_per_multiprocessor: int
+    clock_rate: int  # kHz, the SMs' maximum
+    memory_clock_rate: int  # kHz
+    memory_bus_width: int  # bits
     regs_per_multiprocessor: int = 65536
     max_threads_per_multi_processor: int = 2048
     max_threads_per_block: int = 1024
@@ -50,6 +54,9 @@ GPU_PROFILES: dict[str, GPUProfile] = {
         L2_cache_size=60 * _MiB,
         shared_memory_per_block_optin=232448,
         shared_memory_per_multiprocessor=233472,
+        clock_rate=1980000,
+        memory_clock_rate=3201000,
+        memory_bus_width=6144,
     ),
     "h100": GPUProfile(
         name="NVIDIA H100 80GB HBM3",
@@ -60,6 +67,9 @@ GPU_PROFILES: dict[str, GPUProfile] = {
         L2_cache_size=50 * _MiB,
         shared_memory_per_block_optin=232448,
         shared_memory_per_multiprocessor=233472,
+        clock_rate=1980000,
+        memory_clock_rate=2619000,
+        memory_bus_width=5120,
     ),
     "a100": GPUProfile(
         name="NVIDIA A100-SXM4-80GB",
@@ -70,6 +80,9 @@ GPU_PROFILES: dict[str, GPUProfile] = {
         L2_cache_size=40 * _MiB,
         shared_memory_per_block_optin=166912,
         shared_memory_per_multiprocessor=167936,
+        clock_rate=1410000,
+        memory_clock_rate=1593000,
+        memory_bus_width=5120,
     ),
 }
 

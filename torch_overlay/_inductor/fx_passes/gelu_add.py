@@ -355,10 +355,8 @@ for _approximate in APPROXIMATIONS:
 
 # Elements a thread of a pointwise kernel that runs a large 16-bit gelu-add. At
 # Inductor's 8 (one 16-byte load an input) the ~40 instructions an element of the erf
-# form leave too few loads in flight: H200, 64M bf16 elements, XBLOCK 2048 w4 ran at
-# 101% of the copy bandwidth, Inductor's 1024 w4 at 92%, as stock's own kernel (bench:
-# 1.08x stock). Small tensors keep Inductor's blocks: at 1M elements half as many
-# blocks no longer fill the SMs (0.84x stock).
+# form leave too few loads in flight at 64M elements (BENCHMARKS.md). Small tensors
+# keep Inductor's blocks: at 1M elements half as many blocks no longer fill the SMs.
 MIN_ELEM_PER_THREAD_16BIT = 16
 MIN_NUMEL_FOR_16_PER_THREAD = 1 << 24
 # the heuristic's configs run up to 8 warps of 32 threads, and it asserts XBLOCK <= 4096

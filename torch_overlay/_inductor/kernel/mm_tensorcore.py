@@ -47,6 +47,19 @@ except ImportError as e:  # pragma: no cover - a torch without these private API
 from ..fx_passes import matmul_meta
 
 log = logging.getLogger(__name__)
+
+
+def _plan_logger() -> logging.Logger:
+    from torch._logging._internal import getArtifactLogger, log_registry, register_artifact
+
+    if "tensorcore_mm" not in log_registry.artifact_names:
+        register_artifact("tensorcore_mm", "each tensorcore_mm decision: the plan, its "
+                          "predictions and what was measured", off_by_default=True)
+    return getArtifactLogger(__name__, "tensorcore_mm")
+
+
+# TORCH_LOGS="tensorcore_mm"
+plan_log = _plan_logger()
 aten = torch.ops.aten
 
 COUNTER = "inductor"
@@ -302,7 +315,7 @@ def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
         raise _Decline("dtype:mixed")
     if not meta.allow_tensor_core:
         raise _Decline("tensor_core_disallowed")
-    dev = heuristics.device_model(torch.cuda.get_device_properties(mat1.get_device()))
+    dev = heuristics.current_device_model(mat1.get_device())
     if dev is None:
         raise _Decline("device")
 
@@ -337,7 +350,7 @@ def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
         the_plan = heuristics.plan_dynamic_m(problem, dev, _m_max(m))
     else:
         the_plan = heuristics.plan(problem, dev)
-    log.debug("tensorcore_mm: %s %s: %s", node, (batch, mh, nh, kh), the_plan.describe())
+    plan_log.debug("%s %s: %s", node, (batch, mh, nh, kh), the_plan.describe())
     if the_plan.path == "gemv":
         # read the fp32 sources unless their casts run anyway
         a = a32 if a32 is not None and not a_shared else a16
@@ -354,7 +367,11 @@ def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
             _count("tensorcore_mm_gemv_frozen")
         meta_mod.attach_matmul_meta(sums, node)  # the buffer the reduction kernel computes
         return result
-    if the_plan.path != "template":
+    autotune = inductor_config.max_autotune or inductor_config.max_autotune_gemm
+    # timing needs a live device: a compile from fake tensors alone goes by the prediction
+    measure = (the_plan.measure and not dynamic_m and not autotune
+               and inductor_config.tensorcore_mm_measure and torch.cuda.is_initialized())
+    if the_plan.path != "template" and not measure:
         if the_plan.reason.startswith("smem"):
             raise _Decline("smem")
         if the_plan.reason.startswith("dynamic M"):
@@ -383,13 +400,20 @@ def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
         choices = V.choices.get_template_configs(kernel_inputs, [template], name)
     if not choices:
         raise _Decline("no_config")
-    if inductor_config.max_autotune or inductor_config.max_autotune_gemm:
+    if autotune or measure:
+        # timed once on the device; Inductor's autotune cache keeps the timings on disk
         choices.extend(_stock_choices(op, kernel_inputs, layout, dtype))
     result = autotune_select_algorithm(name, choices, kernel_inputs.nodes(), layout)
     if isinstance(result, tuple):  # torch 2.13 returns (node, chosen choice)
         result = result[0]
     if not isinstance(result, ir.IRNode):
         raise TypeError(f"{name}: autotuning returned {type(result).__name__}, not IR")
+    if measure:
+        stock_won = isinstance(_buffer(result), ir.SubgraphBuffer)
+        plan_log.debug("%s %s: measured: %s", node, (batch, mh, nh, kh),
+                       "stock faster" if stock_won else f"template {the_plan.config} faster")
+        if stock_won:  # stock's own lowering, not the timed stand-in (its buffer is unused)
+            raise _Decline("measured", fallback=False)
     _count("tensorcore_mm_template")
     if weight16:
         _count("tensorcore_mm_template_frozen")
@@ -398,6 +422,12 @@ def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
     # matmul_meta records the metadata of the IR a matmul lowers to
     meta_mod.attach_matmul_meta(result, node)
     return result
+
+
+def _buffer(x: Any) -> Any:
+    while isinstance(x, (ir.TensorBox, ir.StorageBox)):
+        x = x.data
+    return x
 
 
 def _as_fp32(x: Any, src: torch.dtype, dtype: torch.dtype) -> Any:
