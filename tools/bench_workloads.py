@@ -142,6 +142,10 @@ TENSORCORE_MM_SHAPES = [(m, 4096, 4096) for m in (1, 16, 128, 1024, 2048, 4096)]
 # Llama-2-7B's fused qkv (4096 -> 12288) and down projection (11008 -> 4096),
 # decode at batch 16 and prefill of 2048 tokens
 LLM_SHAPES = [(16, 12288, 4096), (2048, 12288, 4096), (16, 4096, 11008), (2048, 4096, 11008)]
+# batched decode (M = 64-256) on Llama-3-8B's 4096 -> 14336 and back, and the layers of
+# a BERT/ViT-large (hidden 1024, ffn 4096) at batch 8 x 128 tokens
+BATCHED_SHAPES = [(64, 14336, 4096), (256, 14336, 4096), (64, 4096, 14336), (256, 4096, 4096),
+                  (1024, 1024, 1024), (1024, 4096, 1024), (1024, 1024, 4096)]
 GELU_LINEAR_SHAPES = [(8192, 4096, 1024), (4096, 4096, 4096), (2048, 16384, 4096)]
 POINTWISE_SIZES = {"1M": 1 << 20, "64M": 1 << 26}
 # (tokens, hidden, ffn): a small model at 8k tokens, a 6.7B-class layer at 4k
@@ -149,7 +153,7 @@ MLP_SHAPES = [(8192, 1024, 4096), (4096, 4096, 16384)]
 
 
 def linear_cases() -> Iterator[Case]:
-    for M, N, K in TENSORCORE_MM_SHAPES + LLM_SHAPES:
+    for M, N, K in TENSORCORE_MM_SHAPES + LLM_SHAPES + BATCHED_SHAPES:
         yield Case(
             "linear", f"{M}x{N}x{K}", dict(M=M, N=N, K=K), BF16,
             flops=2 * M * N * K,
