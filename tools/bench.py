@@ -74,6 +74,25 @@ def median_ms(fn: Callable[[], object]) -> float:
     return triton.testing.do_bench(fn, warmup=WARMUP_MS, rep=REP_MS, return_mode="median")
 
 
+def graph_ms(fn: Callable[[], object]) -> float:
+    """``fn`` captured in a CUDA graph, its replay timed by ``median_ms``: GPU time without
+    host overhead (NaN, said in a line, where ``fn`` cannot be captured)."""
+    try:
+        side = torch.cuda.Stream()  # warm-up on a side stream, as capture wants
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            fn()
+            fn()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            fn()
+        return median_ms(graph.replay)
+    except Exception as e:  # a diagnostic column only
+        log(f"  (no CUDA graph timing: {one_line(e)[:100]})")
+        return math.nan
+
+
 def measure_ceilings(device: str = "cuda") -> dict:
     """Device copy bandwidth (bytes read + written) and the bf16 cuBLAS rate, on random data."""
     src = torch.randn(1 << 28, device=device)  # 1 GiB, far past the L2
