@@ -182,6 +182,20 @@ class TestApply(TestCase):
             self.assertFalse(any(f in config._config for f in flags.values()))
             self.assertEqual(REGISTRY._early, {})
 
+    def test_the_hook_removes_the_flags_of_overlays_it_could_not_enable(self):
+        from torch._inductor import config
+
+        from torch_overlay._autoload import activate
+
+        self.addCleanup(torch_overlay.enable)
+        torch_overlay.disable()
+        declare_flags()
+        refusal = torch_overlay.OverlayError("overlay 'x' refused: drift")
+        with mock.patch.object(torch_overlay, "enable", side_effect=refusal):
+            with self.assertWarnsRegex(UserWarning, "stock Inductor in use: .*drift"):
+                activate()
+        self.assertFalse(any(o.flag in config._config for o in torch_overlay.OVERLAYS))
+
     def test_status(self):
         out = self.apply("status")
         self.assertEqual(out.returncode, 0, out.stderr)

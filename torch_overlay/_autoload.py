@@ -33,7 +33,9 @@ def declare_flags() -> None:
     try:
         REGISTRY.declare_flags(torch_overlay._selected(None))
     except torch_overlay.OverlayError:
-        pass  # an unknown name in $TORCH_OVERLAY: activate() reports it
+        # an unknown name in $TORCH_OVERLAY, a config module it cannot extend:
+        # activate() meets the same error and reports it
+        pass
     except Exception as e:  # never take the user's process down
         warnings.warn(f"torch_overlay: flags not declared before the first compile: {e}",
                       stacklevel=2)
