@@ -1,15 +1,21 @@
 # Owner(s): ["module: inductor"]
 """tools/apply.py: install/remove of the activation hook, status, run, demo, refusals."""
 import importlib.util
+import json
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
+import tempfile
+import textwrap
 from unittest import mock
 
 from torch._inductor.test_case import run_tests, TestCase
 
 import torch_overlay
+from torch_overlay._autoload import declare_flags, prepend_pythonpath, write_sitecustomize
+from torch_overlay._registry import REGISTRY
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 APPLY = REPO / "tools" / "apply.py"
@@ -20,6 +26,40 @@ spec.loader.exec_module(apply_tool)
 # what a user's process reports once torch.compile has imported Inductor
 PROBE = ("import torch._inductor.compile_fx, torch_overlay;"
          "print('enabled=' + ','.join(torch_overlay._registry.REGISTRY.enabled()))")
+
+
+# a user's process that sets a flag before anything has compiled; the import of compile_fx
+# is what the first torch.compile does, and where the hook enables the overlays
+SET_EARLY = textwrap.dedent("""
+    import json, sys
+    torch_at_start = "torch" in sys.modules
+    import torch._inductor.config as c
+    declared = {f: getattr(c, f) for f in sys.argv[1:]}
+    c.tensorcore_mm_autocast = False
+    import torch._inductor.compile_fx, torch_overlay
+    print(json.dumps({"torch_at_start": torch_at_start, "declared": declared,
+                      "after": {f: getattr(c, f) for f in sys.argv[1:]},
+                      "enabled": torch_overlay._registry.REGISTRY.enabled(),
+                      "digest": "torch_overlay_digest" in c._config}))
+""")
+PATCH_EARLY = textwrap.dedent("""
+    import json
+    import torch._inductor.config as c
+    with c.patch(tensorcore_mm_autocast=False):
+        import torch._inductor.compile_fx, torch_overlay
+        inside = c.tensorcore_mm_autocast
+    print(json.dumps({"inside": inside, "after": c.tensorcore_mm_autocast,
+                      "enabled": torch_overlay._registry.REGISTRY.enabled()}))
+""")
+STOCK = textwrap.dedent("""
+    import torch._inductor.config as c
+    try:
+        c.tensorcore_mm_autocast = False
+    except AttributeError as e:
+        print("AttributeError:", e)
+    print("declared:", any(hasattr(c, f) for f in ("autocast_matmul_meta",
+          "tensorcore_mm_autocast", "gelu_add_fusion")))
+""")
 
 
 def snapshot(directory: pathlib.Path) -> dict:
@@ -76,6 +116,85 @@ class TestApply(TestCase):
         self.assertEqual(snapshot(self.site), before)
         probe = self.run_cmd(sys.executable, "-c", PROBE)
         self.assertIn("enabled=\n", probe.stdout, probe.stderr)
+
+    def with_hook(self, env=None):
+        """``env`` with the activation hook at interpreter start (as ``apply.py run``)."""
+        folder = tempfile.mkdtemp(prefix="torch_overlay_hook_")
+        self.addCleanup(shutil.rmtree, folder, ignore_errors=True)
+        return prepend_pythonpath(dict(env or self.env), write_sitecustomize(folder))
+
+    def test_flags_can_be_set_before_the_first_compile(self):
+        flags = [o.flag for o in torch_overlay.OVERLAYS]
+        out = self.run_cmd(sys.executable, "-c", SET_EARLY, *flags, env=self.with_hook())
+        self.assertEqual(out.returncode, 0, out.stderr[-3000:])
+        got = json.loads(out.stdout.strip().splitlines()[-1])
+        # the hook imports no torch at start, and declares the flags on with the config
+        self.assertFalse(got["torch_at_start"])
+        self.assertEqual(got["declared"], dict.fromkeys(flags, True))
+        # enabling the overlays at the first compile keeps the user's value, and only that
+        self.assertEqual(got["after"], dict(dict.fromkeys(flags, True), tensorcore_mm_autocast=False))
+        self.assertEqual(got["enabled"], torch_overlay.load_overlays())
+        self.assertTrue(got["digest"])
+
+    def test_flags_can_be_patched_before_the_first_compile(self):
+        out = self.run_cmd(sys.executable, "-c", PATCH_EARLY, env=self.with_hook())
+        self.assertEqual(out.returncode, 0, out.stderr[-3000:])
+        got = json.loads(out.stdout.strip().splitlines()[-1])
+        # enabled inside the patch, the flag stays off there and is back on after it
+        self.assertEqual(got, {"inside": False, "after": True,
+                               "enabled": torch_overlay.load_overlays()})
+
+    def test_without_the_hook_the_flags_do_not_exist(self):
+        out = self.run_cmd(sys.executable, "-c", STOCK)
+        self.assertEqual(out.returncode, 0, out.stderr[-3000:])
+        self.assertIn("AttributeError: torch._inductor.config.tensorcore_mm_autocast does not exist",
+                      out.stdout)
+        self.assertIn("declared: False", out.stdout)
+
+    def test_flags_declared_early_follow_the_selection_and_the_kill_switch(self):
+        # in this process: the overlays off, then what the hook does at the config's import
+        from torch._inductor import config
+
+        if torch_overlay.killed():
+            self.skipTest("TORCH_OVERLAY_DISABLE is set")
+        flags = {o.name: o.flag for o in torch_overlay.OVERLAYS}
+        self.addCleanup(torch_overlay.enable)
+        with mock.patch.dict(os.environ):
+            os.environ.pop("TORCH_OVERLAY", None)  # a caller's selection
+            torch_overlay.disable()
+            with mock.patch.dict(os.environ, {"TORCH_OVERLAY_DISABLE": "1"}):
+                declare_flags()
+            self.assertFalse(any(f in config._config for f in flags.values()))
+            with mock.patch.dict(os.environ, {"TORCH_OVERLAY": "tensorcore_mm"}):
+                declare_flags()  # with what it requires
+            self.assertEqual([n for n, f in flags.items() if f in config._config],
+                             ["matmul_meta", "tensorcore_mm"])
+            self.assertTrue(config.tensorcore_mm_autocast)
+            config.tensorcore_mm_autocast = False
+            torch_overlay.enable()
+            # adopted as the user left it; a flag not declared early is turned on
+            self.assertFalse(config.tensorcore_mm_autocast)
+            self.assertTrue(config.autocast_matmul_meta and config.gelu_add_fusion)
+            torch_overlay.disable()  # removes adopted flags as its own
+            self.assertFalse(any(f in config._config for f in flags.values()))
+            declare_flags()
+            torch_overlay.disable()  # and flags declared early that no enable adopted
+            self.assertFalse(any(f in config._config for f in flags.values()))
+            self.assertEqual(REGISTRY._early, {})
+
+    def test_the_hook_removes_the_flags_of_overlays_it_could_not_enable(self):
+        from torch._inductor import config
+
+        from torch_overlay._autoload import activate
+
+        self.addCleanup(torch_overlay.enable)
+        torch_overlay.disable()
+        declare_flags()
+        refusal = torch_overlay.OverlayError("overlay 'x' refused: drift")
+        with mock.patch.object(torch_overlay, "enable", side_effect=refusal):
+            with self.assertWarnsRegex(UserWarning, "stock Inductor in use: .*drift"):
+                activate()
+        self.assertFalse(any(o.flag in config._config for o in torch_overlay.OVERLAYS))
 
     def test_status(self):
         out = self.apply("status")

@@ -4,8 +4,10 @@ The ``.pth`` file that apply.py writes calls ``install()`` at interpreter start.
 That must stay cheap, so nothing imports torch here: the overlays' new modules become
 importable under their upstream names at once (a meta-path finder), and another finder
 waits for ``torch._inductor.compile_fx`` (imported by the first ``torch.compile``) and
-then enables the overlays that ``$TORCH_OVERLAY`` selects (all by default). A failure
-warns and leaves stock Inductor in place; it never breaks the user's process.
+then enables the overlays that ``$TORCH_OVERLAY`` selects (all by default). Their flags
+exist earlier, from the import of ``torch._inductor.config``, so that a user can set them
+before the first compile, as any Inductor setting. A failure warns and leaves stock
+Inductor in place; it never breaks the user's process.
 """
 from __future__ import annotations
 
@@ -17,36 +19,66 @@ import sys
 import warnings
 
 TRIGGER = "torch._inductor.compile_fx"
+CONFIG = "torch._inductor.config"
+
+
+def declare_flags() -> None:
+    """The flags of the overlays ``activate`` will enable, declared and on as enabling
+    leaves them; enabling keeps a value the user gives them in between."""
+    import torch_overlay
+    from torch_overlay._registry import REGISTRY
+
+    if torch_overlay.killed():
+        return
+    try:
+        REGISTRY.declare_flags(torch_overlay._selected(None))
+    except torch_overlay.OverlayError:
+        # an unknown name in $TORCH_OVERLAY, a config module it cannot extend:
+        # activate() meets the same error and reports it
+        pass
+    except Exception as e:  # never take the user's process down
+        warnings.warn(f"torch_overlay: flags not declared before the first compile: {e}",
+                      stacklevel=2)
 
 
 def activate() -> None:
     import torch_overlay
+    from torch_overlay._registry import REGISTRY
 
     try:
         torch_overlay.enable()
     except Exception as e:  # never take the user's process down
         warnings.warn(f"torch_overlay: overlays not enabled, stock Inductor in use: {e}",
                       stacklevel=2)
+    finally:
+        # a refused or skipped overlay's flags: gone, as in stock Inductor
+        REGISTRY.drop_early_flags()
 
 
-class _EnableAfterLoad(importlib.abc.Loader):
-    def __init__(self, loader: importlib.abc.Loader) -> None:
-        self.loader = loader
+class _RunAfterLoad(importlib.abc.Loader):
+    def __init__(self, loader: importlib.abc.Loader, then) -> None:
+        self.loader, self.then = loader, then
 
     def create_module(self, spec):
         return self.loader.create_module(spec)
 
     def exec_module(self, module) -> None:
         self.loader.exec_module(module)
-        activate()
+        self.then()
 
 
 class _WaitForInductor(importlib.abc.MetaPathFinder):
+    """Runs ``declare_flags`` once ``torch._inductor.config`` is loaded and ``activate``
+    once ``torch._inductor.compile_fx`` is (which imports the config first)."""
+
+    HOOKS = {CONFIG: declare_flags, TRIGGER: activate}
+
     def __init__(self) -> None:
         self._searching = False
 
     def find_spec(self, fullname, path, target=None):
-        if fullname != TRIGGER or self._searching:
+        then = self.HOOKS.get(fullname)
+        if then is None or self._searching:
             return None
         self._searching = True
         try:
@@ -54,7 +86,7 @@ class _WaitForInductor(importlib.abc.MetaPathFinder):
         finally:
             self._searching = False
         if spec is not None and spec.loader is not None:
-            spec.loader = _EnableAfterLoad(spec.loader)
+            spec.loader = _RunAfterLoad(spec.loader, then)
         return spec
 
 
@@ -76,8 +108,10 @@ def install() -> None:
         return
     if TRIGGER in sys.modules:
         activate()
-    else:
-        sys.meta_path.insert(0, _WaitForInductor())
+        return
+    if CONFIG in sys.modules:
+        declare_flags()
+    sys.meta_path.insert(0, _WaitForInductor())
 
 
 def write_sitecustomize(folder: str) -> str:

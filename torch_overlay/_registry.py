@@ -7,7 +7,10 @@ their upstream names) and, by file name, its edits of existing upstream function
 release, with ``<file>.<overlay>.torch-X.Y.diff`` variants for older ones where their
 source differs: the first that applies is used, see ``_edits``). Enabling installs
 the flags, applies the edits of every enabled overlay (all or nothing) and turns the flag
-on; disabling puts the original code objects back and removes the flags.
+on; disabling puts the original code objects back and removes the flags. The activation
+hook declares the flags earlier (``declare_flags``), when ``torch._inductor.config`` is
+imported, so that they can be set before the first compile; enabling adopts those as
+they are.
 """
 from __future__ import annotations
 
@@ -124,6 +127,8 @@ class Registry:
         self._refused: dict[str, str] = {}
         self._swaps: list[Swap] = []
         self._flags: dict[str, list[str]] = {}  # overlay -> config entries it installed
+        # overlay -> config entries declared by declare_flags, not yet adopted by an enable
+        self._early: dict[str, list[str]] = {}
         self._lock = threading.RLock()
 
     # -- declaration ---------------------------------------------------------
@@ -189,6 +194,39 @@ class Registry:
         """Why ``name``'s edits do not apply to the installed torch; None when they do."""
         return self.plan(name).reason
 
+    # -- flags before the overlays -------------------------------------------
+    def declare_flags(self, names: Iterable[str] | None = None) -> list[str]:
+        """Declare the flags of ``names`` (all when None) and their requirements, and turn
+        them on, as enabling them will; no edit is applied. The activation hook calls this
+        when ``torch._inductor.config`` is imported, so that a user can set or patch the
+        flags before the first compile enables the overlays. Enabling adopts these entries
+        as they are then: a value other than on was set by the user and is kept. Returns
+        the overlays whose flags this call declared."""
+        import torch._inductor.config as inductor_config
+
+        with self._lock:
+            order = self.with_requirements(list(self._overlays) if names is None else list(names))
+            order = [n for n in order if n not in self._flags and n not in self._early]
+            for name in order:
+                self._early[name] = [
+                    entry for path in self.get(name).edit_files
+                    if (diff := FileDiff.read(path)).declares_config
+                    # the primary's declarations: its variants declare the same entries
+                    for entry, (default, kind) in config_declarations(diff).items()
+                    if _add_config(inductor_config, entry, default, kind)]
+                setattr(inductor_config, self.get(name).flag, True)
+            return order
+
+    def drop_early_flags(self, names: Iterable[str] | None = None) -> None:
+        """Remove the flags ``declare_flags`` declared for ``names`` (all when None) that
+        no enable adopted (a refused overlay's): stock Inductor has no such entries."""
+        import torch._inductor.config as inductor_config
+
+        with self._lock:
+            for name in [n for n in self._early if names is None or n in names]:
+                for entry in self._early.pop(name):
+                    _remove_config(inductor_config, entry)
+
     # -- enable / disable ----------------------------------------------------
     def enable(self, names: Iterable[str] | None = None) -> list[str]:
         """Enable overlays (all when ``names`` is None) and their requirements.
@@ -220,15 +258,18 @@ class Registry:
             return order
 
     def disable(self, names: Iterable[str] | None = None) -> None:
-        """Restore upstream for the named overlays (all when None) and their dependants."""
+        """Restore upstream for the named overlays (all when None) and their dependants,
+        and remove their flags, those ``declare_flags`` declared included."""
         with self._lock:
-            targets = set(self._enabled if names is None else names)
+            targets = set(self._enabled + list(self._early) if names is None else names)
             grew = True
             while grew:
-                dependants = {n for n in self._enabled if set(self._overlays[n].requires) & targets}
+                dependants = {n for n in self._enabled + list(self._early)
+                              if set(self._overlays[n].requires) & targets}
                 grew = not dependants <= targets
                 targets |= dependants
             self._install([n for n in self._enabled if n not in targets])
+            self.drop_early_flags(targets)
 
     def _install(self, names: list[str]) -> None:
         """Make ``names`` the enabled set: flags first (the edited code reads them), then
@@ -240,8 +281,9 @@ class Registry:
         diffs = [d for n in names for d in edits[n]]
         added: dict[str, list[str]] = {}
         try:
+            # flags declared early are adopted after the swaps, with the value they have
             for name in names:
-                if name not in self._flags:
+                if name not in self._flags and name not in self._early:
                     added[name] = []
                     for diff in edits[name]:
                         if diff.declares_config:
@@ -270,6 +312,10 @@ class Registry:
         self._flags.update(added)
         for name in added:
             setattr(inductor_config, self.get(name).flag, True)
+        # declared on by declare_flags: left as they are, since any other value is the user's
+        # (set, or patched for the region this enable runs in, before the first compile)
+        for name in [n for n in names if n in self._early]:
+            self._flags[name] = self._early.pop(name)
         _remove_config(inductor_config, DIGEST_CONFIG)
         if names:
             _add_config(inductor_config, DIGEST_CONFIG, digest(names, diffs), str)
