@@ -144,6 +144,17 @@ class TestApply(TestCase):
         self.assertEqual(got, {"inside": False, "after": True,
                                "enabled": torch_overlay.load_overlays()})
 
+    def test_log_artifacts_can_be_named_in_torch_logs(self):
+        # torch reads $TORCH_LOGS while it is imported: the hook names the artifacts first
+        probe = ("import torch\nfrom torch._logging._internal import log_state\n"
+                 "print('enabled', log_state.is_artifact_enabled('tensorcore_mm'))")
+        env = dict(self.with_hook(), TORCH_LOGS="tensorcore_mm")
+        out = self.run_cmd(sys.executable, "-c", probe, env=env)
+        self.assertEqual(out.returncode, 0, out.stderr[-3000:])
+        self.assertIn("enabled True", out.stdout)
+        stock = self.run_cmd(sys.executable, "-c", probe, env=dict(self.env, TORCH_LOGS="tensorcore_mm"))
+        self.assertNotEqual(stock.returncode, 0)  # unknown to a stock torch
+
     def test_without_the_hook_the_flags_do_not_exist(self):
         out = self.run_cmd(sys.executable, "-c", STOCK)
         self.assertEqual(out.returncode, 0, out.stderr[-3000:])

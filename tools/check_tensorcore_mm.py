@@ -298,7 +298,7 @@ def part_variants(title: str, plans: list[tuple], budget_s: float, epilogue: boo
     log("\nReading: a template variant whose 'measured/predicted' is well below 1 beats the model:\n"
         "  compute-bound -> raise eff_cast_reg (fused w, swap) / eff_cast_smem (both fused) /\n"
         "  eff_16bit (no operand cast in the kernel); dram-bound -> raise stream; l2-bound ->\n"
-        "  raise l2_bw (DeviceModel fields, or the H200 entry of DEVICE_MODELS); a variant\n"
+        "  raise l2_bw (DeviceModel defaults, the same for every GPU); a variant\n"
         "  faster than 'default' -> change select_configs.")
 
 

@@ -20,6 +20,24 @@ import warnings
 
 TRIGGER = "torch._inductor.compile_fx"
 CONFIG = "torch._inductor.config"
+LOGS = "torch._logging._registrations"
+# The overlays' torch._logging artifacts, named before torch reads $TORCH_LOGS (an unknown
+# name there fails torch's import); their modules register the same on import.
+ARTIFACTS = {
+    "matmul_meta": "the MatmulMeta (autocast compute dtype) of each matmul Inductor lowers",
+    "tensorcore_mm": "each tensorcore_mm decision: the plan, its predictions and what was measured",
+}
+
+
+def register_artifacts() -> None:
+    try:
+        from torch._logging._internal import log_registry, register_artifact
+
+        for name, description in ARTIFACTS.items():
+            if name not in log_registry.artifact_names:
+                register_artifact(name, description, off_by_default=True)
+    except Exception as e:  # never take the user's process down
+        warnings.warn(f"torch_overlay: log artifacts not registered: {e}", stacklevel=2)
 
 
 def declare_flags() -> None:
@@ -68,10 +86,11 @@ class _RunAfterLoad(importlib.abc.Loader):
 
 
 class _WaitForInductor(importlib.abc.MetaPathFinder):
-    """Runs ``declare_flags`` once ``torch._inductor.config`` is loaded and ``activate``
-    once ``torch._inductor.compile_fx`` is (which imports the config first)."""
+    """Runs ``register_artifacts`` once torch's log registrations are loaded (before it
+    reads $TORCH_LOGS), ``declare_flags`` once ``torch._inductor.config`` is and
+    ``activate`` once ``torch._inductor.compile_fx`` is (which imports the config first)."""
 
-    HOOKS = {CONFIG: declare_flags, TRIGGER: activate}
+    HOOKS = {LOGS: register_artifacts, CONFIG: declare_flags, TRIGGER: activate}
 
     def __init__(self) -> None:
         self._searching = False
@@ -109,6 +128,8 @@ def install() -> None:
     if TRIGGER in sys.modules:
         activate()
         return
+    if LOGS in sys.modules:
+        register_artifacts()
     if CONFIG in sys.modules:
         declare_flags()
     sys.meta_path.insert(0, _WaitForInductor())

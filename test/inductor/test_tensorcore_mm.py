@@ -725,6 +725,15 @@ class TestTensorCoreMMFallback(TensorCoreMMTestCase):
         self.assertEqual(offered, [2])
 
     @requires_cuda_sm80
+    def test_decisions_log_to_their_artifact(self):
+        torch._logging.set_logs(modules={"tensorcore_mm": True})  # a registered artifact
+        self.addCleanup(torch._logging.set_logs)
+        with self.assertLogs(mm_tensorcore.__name__, level="DEBUG") as logs:
+            self.cuda_code(linear(), *gpu_randn((16, 4096), (4096, 4096), (4096,)))
+        FileCheck().check("(1, 16, 4096, 4096)").check("template (predicted faster)").check(
+            "predicted stock=").run("\n".join(logs.output))
+
+    @requires_cuda_sm80
     def test_config_exceeding_shared_memory(self):
         small = dataclasses.replace(H200, smem_per_block=8 * 1024)
         with mock.patch.object(heuristics, "current_device_model", return_value=small):
