@@ -128,6 +128,7 @@ class TestZooModels(TestCase):
         doc = {"env": {"gpu": "NVIDIA H200", "torch": "2.11.0", "triton": "3.6.0",
                        "transformers": "5.17.0", "date": "2026-11-24",
                        "command": "python tools/bench.py --zoo"},
+               "settings": {"timer": zoo.PROFILER_TIMER},
                "rows": entries + [{"model": "t5-large", "hidden": 1024, "row": "train",
                                    "status": "skipped", "message": "time budget spent"}]}
         text = zoo.markdown(doc)
