@@ -6,6 +6,7 @@
     python tools/bench.py --list              the cases, their FLOPs and bytes; runs nothing
     python tools/bench.py --compile-only      compile time, stock against overlay, without a GPU
     python tools/bench.py --models --out bench_out  the model workloads (under 10 min on an H200)
+    python tools/bench.py --zoo --out bench_out     transformers architectures (tools/bench_zoo.py)
     python tools/bench.py --report bench_out/bench.json > BENCHMARKS.md
 
 Select with --workloads linear,mlp, --shapes REGEX (searched in the case labels that
@@ -930,6 +931,10 @@ def main_models(args, argv: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if "--zoo" in argv:  # transformers architectures: tools/bench_zoo.py, its own options
+        import bench_zoo
+
+        return bench_zoo.main([a for a in argv if a != "--zoo"])
     args = parse_args(argv)
     if args.report:
         doc = read_json(args.report)

@@ -1,0 +1,142 @@
+"""tools/bench.py --zoo (tools/bench_zoo.py) without a GPU.
+
+    pytest test/test_bench_zoo.py
+
+Tiny transformers configs of a decoder (Llama), an encoder (BERT), a vision transformer
+(ViT) and an encoder-decoder (T5) compiled for the H200 through the GPU-free harness with
+the overlays on; the measuring loop on the CPU (Dynamo's eager backend, a stand-in timer);
+the table; the refusal without a GPU. Skipped where transformers is not installed.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import pathlib
+import sys
+import tempfile
+import unittest
+from unittest import mock
+
+import torch
+from torch._inductor.test_case import TestCase, run_tests
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tools"))
+
+import bench  # noqa: E402
+import bench_zoo as zoo  # noqa: E402
+
+try:
+    import transformers  # noqa: F401
+    HAS_TRANSFORMERS = True
+except ImportError:
+    HAS_TRANSFORMERS = False
+needs_transformers = unittest.skipUnless(HAS_TRANSFORMERS, "transformers is not installed")
+
+
+def run_main(argv):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = bench.main(argv)
+    return rc, out.getvalue(), err.getvalue()
+
+
+class TestZooCommand(TestCase):
+    def test_no_gpu_refuses_in_one_line(self):
+        with tempfile.TemporaryDirectory() as tmp, \
+                mock.patch.object(zoo, "gpu_available", return_value=False):
+            rc, out, err = run_main(["--zoo", "--out", tmp, "--models", "bert-large"])
+            self.assertEqual(list(pathlib.Path(tmp).iterdir()), [])
+        if not HAS_TRANSFORMERS:
+            self.assertEqual((rc, err.count("\n")), (2, 1))
+            return
+        self.assertEqual(rc, 1)  # as --models
+        self.assertEqual(len(err.strip().splitlines()), 1)
+        self.assertIn("no CUDA GPU", err)
+
+    def test_list_and_unknown_names(self):
+        rc, out, _ = run_main(["--zoo", "--list"])
+        self.assertEqual(rc, 0)
+        self.assertIn("llama3-8b: meta-llama/Meta-Llama-3-8B (GQA 32:8); hidden 4096; rows "
+                      "decode1, decode_dyn, batch8", out)
+        self.assertIn("vit-large: google/vit-large-patch16-224", out)
+        self.assertEqual(run_main(["--zoo", "--models", "llama7"])[0], 2)
+        # every model's rows are in the run order
+        planned = {(m, r) for m, r in zoo.ORDER}
+        self.assertEqual(planned, {(s.name, r) for s in zoo.SPECS.values() for r in s.rows()})
+        self.assertEqual(len(zoo.ORDER), len(planned))
+
+    def test_index_as_aten_matches_indexing(self):
+        t = torch.randn(3, 4, 5, 6)
+        idx = torch.tensor([2, 0])
+        for index in [(slice(None), slice(None, 1)), (Ellipsis, slice(None, 3)), 0, (0, 1),
+                      (None, Ellipsis, None), (slice(1, None), None, 2), (Ellipsis, 1), idx,
+                      (slice(None), idx, slice(1, 3)), (1, slice(None), idx),
+                      (slice(None, None, 2), -1), (slice(-2, None),), (idx, slice(None), idx)]:
+            with self.subTest(index=index):
+                self.assertEqual(zoo.index_as_aten(t, index), t[index], atol=0, rtol=0)
+
+
+@needs_transformers
+class TestZooModels(TestCase):
+    def test_compile_only_tiny_configs(self):
+        """Each family compiles for the H200 with the overlays on, fullgraph; the decode
+        step's M=1 projections take tensorcore_mm's one-row path."""
+        rows = (zoo.compile_only(["llama3-8b", "t5-large"], ("decode1",))
+                + zoo.compile_only(["bert-large", "vit-large"], ("batch8",)))
+        self.assertEqual([(r["model"], r["row"]) for r in rows],
+                         [("llama3-8b", "decode1"), ("t5-large", "decode1"),
+                          ("bert-large", "batch8"), ("vit-large", "batch8")])
+        for r in rows:
+            with self.subTest(model=r["model"], row=r["row"]):
+                self.assertEqual(r["status"], "ok", r.get("message"))
+                self.assertGreater(r["code_chars"], 0)
+                # the overlay's lowering saw every autocast matmul of fp32 weights
+                self.assertTrue(any(k.startswith("tensorcore_mm") for k in r["counters"]),
+                                r["counters"])
+        llama = rows[0]["counters"]
+        # q, k, v, o, gate, up, down, lm_head: every projection of the step is one row
+        self.assertEqual(llama.get("tensorcore_mm_gemv"), 8, llama)
+        self.assertGreater(rows[1]["counters"].get("tensorcore_mm_gemv", 0), 0)
+
+    def test_random_weights(self):
+        model = zoo.build(zoo.SPECS["gpt2-large"], "cpu", tiny=True)
+        for name, p in model.named_parameters():
+            self.assertGreater(p.std().item(), 0.01, name)  # no zeros or ones left
+        self.assertIs(model.lm_head.weight, model.transformer.wte.weight)  # still tied
+        again = zoo.build(zoo.SPECS["gpt2-large"], "cpu", tiny=True)
+        self.assertEqual(again.lm_head.weight, model.lm_head.weight, atol=0, rtol=0)
+
+    def test_measure_row_bookkeeping_and_table(self):
+        """The loop on the CPU: Dynamo's eager backend for the compile, a counter for the
+        timer. decode_dyn compiles at batch 4, reuses the graph at 16, recompiles at 1."""
+        ticks = iter(range(100, 1000))
+        entries = zoo.measure_row(
+            zoo.SPECS["gpt2-large"], zoo.build(zoo.SPECS["gpt2-large"], "cpu", tiny=True),
+            "decode_dyn", device="cpu", timer=lambda call: (call(), float(next(ticks)))[1],
+            compile=lambda f, **kw: torch.compile(f, backend="eager", **kw))
+        self.assertEqual([e["batch"] for e in entries], [1, 4, 16])
+        b1, b4, b16 = entries
+        for side in ("stock", "overlay"):
+            self.assertIn("compile_s", b4["sides"][side])
+            self.assertIn("recompile_s", b1["sides"][side])
+            self.assertEqual(set(b16["sides"][side]) & {"compile_s", "recompile_s"}, set())
+            self.assertEqual(len(b4["sides"][side]["us"]), 2)  # two passes
+        # pass 1 times stock then overlay, pass 2 overlay then stock: batches 4, 16, 1 each
+        self.assertEqual(b4["sides"]["stock"]["us"], [100.0, 109.0])
+        self.assertEqual(b4["sides"]["overlay"]["us"], [103.0, 106.0])
+        self.assertEqual(b4["ratio"], 1.0)
+        doc = {"env": {"gpu": "NVIDIA H200", "torch": "2.11.0", "triton": "3.6.0",
+                       "transformers": "5.17.0", "date": "2026-11-24",
+                       "command": "python tools/bench.py --zoo"},
+               "settings": {"timer": zoo.PROFILER_TIMER},
+               "rows": entries + [{"model": "t5-large", "hidden": 1024, "row": "train",
+                                   "status": "skipped", "message": "time budget spent"}]}
+        text = zoo.markdown(doc)
+        self.assertIn("GPU kernel time (torch.profiler, summed)", text)
+        self.assertIn("without KV cache", text)
+        self.assertIn("| gpt2-large | 1280 | decode_dyn B=4 | 104.5 | 104.5 | 1.00x |", text)
+        self.assertIn("| t5-large | 1024 | train | - | - | skipped |", text)
+
+
+if __name__ == "__main__":
+    run_tests()

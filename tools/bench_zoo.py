@@ -1,0 +1,508 @@
+"""tools/bench.py --zoo: transformers architectures, stock Inductor against the overlays.
+
+    python tools/bench.py --zoo --out DIR [--models a,b] [--rows decode1,batch8] [--budget-s N]
+    python tools/bench.py --zoo --compile-only     tiny configs, GPU-free code generation
+
+Models from ``transformers`` config classes, random weights (nothing is downloaded), the
+public configs' dimensions and vocabularies, 2 layers. fp32 parameters under bf16 autocast,
+``torch.compile`` default mode, ``fullgraph=True``. One process, every overlay enabled:
+*stock* has their config flags patched off, *overlay* on. Per row, after a
+``torch._dynamo.reset()``, each side compiles its own new code object (neither reuses the
+other's Dynamo cache entry) in a fresh Inductor/Triton cache (cold compile); then both are
+timed twice, stock-overlay and overlay-stock, and averaged. Time is GPU kernel time:
+torch.profiler's CUDA events per call, summed over ``ITERS`` calls after ``WARMUP``.
+Rows: ``decode1`` one token at batch 1 with use_cache=False (a step without KV cache);
+``decode_dyn`` the same, batch dim ``mark_dynamic``, compiled at batch 4 and timed at 1, 4,
+16 (batch 1 recompiles: Dynamo specializes sizes 0 and 1); ``batch8`` 8x128 tokens or 8
+images; ``train`` forward + backward, loss the mean square of the output (a random model's
+mean output is near 0: its relative error would say nothing). Dropout is off (eval mode).
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import gc
+import pathlib
+import sys
+import time
+import zlib
+from unittest import mock
+
+import torch
+
+import torch_overlay
+from bench import (environment, gpu_available, log, median_ms, one_line, probe_overlays,
+                   warm_up_compiler)
+from bench_report import markdown_table, text_table, write_json
+
+ROWS = ("decode1", "decode_dyn", "batch8", "train")
+DYN_BATCHES = (4, 16, 1)  # the first compiles (a size-1 dim cannot be marked dynamic)
+SEQ, BATCH, ENC_SEQ = 128, 8, 128
+WARMUP, ITERS = 3, 20
+DEFAULT_BUDGET_S = 420
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    name: str
+    kind: str  # "decoder", "encoder", "encdec", "vision"
+    source: str  # the public config the dimensions come from
+    classes: tuple[str, str]  # transformers config and model classes
+    kwargs: dict  # real dimensions, 2 layers
+    tiny: dict  # overrides for --compile-only
+    train: bool = False
+
+    @property
+    def hidden(self) -> int:
+        k = self.kwargs
+        return k.get("hidden_size") or k.get("n_embd") or k["d_model"]
+
+    def rows(self) -> tuple[str, ...]:
+        gen = self.kind in ("decoder", "encdec")
+        return ("decode1", "decode_dyn")[:2 * gen] + ("batch8",) + ("train",)[:self.train]
+
+
+def _lm(hidden, heads, ffn, vocab, **kw):
+    return {"hidden_size": hidden, "num_attention_heads": heads, "intermediate_size": ffn,
+            "vocab_size": vocab, "num_hidden_layers": 2, **kw}
+
+
+def _rope(theta):
+    return {"rope_parameters": {"rope_type": "default", "rope_theta": theta}}
+
+
+_TINY = _lm(64, 4, 128, 256, num_hidden_layers=1)
+_TINY_GQA = {**_TINY, "num_key_value_heads": 2}
+SPECS = {s.name: s for s in (
+    Spec("llama3-8b", "decoder", "meta-llama/Meta-Llama-3-8B (GQA 32:8)",
+         ("LlamaConfig", "LlamaForCausalLM"),
+         _lm(4096, 32, 14336, 128256, num_key_value_heads=8, **_rope(5e5)), _TINY_GQA),
+    Spec("qwen2-7b", "decoder", "Qwen/Qwen2-7B (GQA 28:4, qkv bias)",
+         ("Qwen2Config", "Qwen2ForCausalLM"),
+         _lm(3584, 28, 18944, 152064, num_key_value_heads=4, rms_norm_eps=1e-6, **_rope(1e6)),
+         _TINY_GQA),
+    Spec("pythia-1.4b", "decoder", "EleutherAI/pythia-1.4b (GPTNeoX: parallel residual, fused "
+         "qkv, rotary on 25%)", ("GPTNeoXConfig", "GPTNeoXForCausalLM"),
+         _lm(2048, 16, 8192, 50304, use_parallel_residual=True), _TINY),
+    Spec("gpt2-large", "decoder", "openai-community/gpt2-large (Conv1D, tied lm_head)",
+         ("GPT2Config", "GPT2LMHeadModel"), dict(n_embd=1280, n_head=20, n_layer=2,
+                                                 vocab_size=50257),
+         dict(n_embd=64, n_head=4, n_layer=1, vocab_size=256, bos_token_id=0, eos_token_id=0),
+         train=True),
+    Spec("bert-large", "encoder", "google-bert/bert-large-uncased", ("BertConfig", "BertModel"),
+         _lm(1024, 16, 4096, 30522), _TINY, train=True),
+    Spec("t5-large", "encdec", "google-t5/t5-large (relu FFN, tied lm_head; decode over 128 "
+         "random encoder states)", ("T5Config", "T5ForConditionalGeneration"),
+         dict(d_model=1024, d_kv=64, d_ff=4096, num_heads=16, num_layers=2,
+              num_decoder_layers=2, vocab_size=32128, feed_forward_proj="relu"),
+         dict(d_model=64, d_kv=16, d_ff=128, num_heads=4, num_layers=1, num_decoder_layers=1,
+              vocab_size=256)),
+    Spec("vit-large", "vision", "google/vit-large-patch16-224 (224x224, 197 tokens)",
+         ("ViTConfig", "ViTModel"), _lm(1024, 16, 4096, None), _TINY, train=True),
+)}
+# the most informative first: encoders and decode steps, then prefill, dynamic, training
+_DEC = ("llama3-8b", "gpt2-large", "pythia-1.4b", "qwen2-7b")
+ORDER = ([("bert-large", "batch8"), ("vit-large", "batch8"), ("t5-large", "batch8")]
+         + [(m, "decode1") for m in _DEC + ("t5-large",)] + [(m, "batch8") for m in _DEC]
+         + [(m, "decode_dyn") for m in ("llama3-8b", "gpt2-large", "t5-large", "pythia-1.4b",
+                                        "qwen2-7b")]
+         + [(m, "train") for m in ("gpt2-large", "bert-large", "vit-large")])
+
+
+def build(spec: Spec, device: str, tiny: bool = False) -> torch.nn.Module:
+    """Random weights, seeded: norm weights near 1, biases near 0, matrices with fan-in
+    scaling (activations stay O(1)), embeddings (and ViT's class token, positions) N(0, 1)."""
+    import transformers
+    from transformers.pytorch_utils import Conv1D
+
+    kwargs = {k: v for k, v in {**spec.kwargs, **(spec.tiny if tiny else {})}.items()
+              if v is not None}
+    config = getattr(transformers, spec.classes[0])(**kwargs)
+    extra = {"add_pooling_layer": False} if spec.kind in ("encoder", "vision") else {}
+    with torch.device(device):
+        model = getattr(transformers, spec.classes[1])(config, **extra).float().eval()
+    gen = torch.Generator(device).manual_seed(zlib.crc32(spec.name.encode()))
+    seen = set()
+    with torch.no_grad():
+        for module in model.modules():
+            for name, p in module.named_parameters(recurse=False):
+                if id(p) in seen:  # tied: its first owner, the embedding, drew it
+                    continue
+                seen.add(id(p))
+                noise = torch.randn(p.shape, device=device, generator=gen)
+                if p.dim() == 1:
+                    noise = noise * 0.1 + float(name == "weight")
+                elif isinstance(module, (torch.nn.Linear, torch.nn.Conv2d)):
+                    noise *= p[0].numel() ** -0.5
+                elif isinstance(module, Conv1D):  # GPT-2's [in, out] weights
+                    noise *= p.shape[0] ** -0.5
+                p.copy_(noise)
+    return model
+
+
+def make_inputs(spec: Spec, model, row: str, batch: int, device: str) -> tuple:
+    """Random inputs (never zeros), seeded by model, row and batch."""
+    gen = torch.Generator(device).manual_seed(zlib.crc32(f"{spec.name}/{row}/{batch}".encode()))
+    if spec.kind == "vision":
+        size = model.config.image_size
+        return (torch.randn(batch, 3, size, size, device=device, generator=gen),)
+    seq = 1 if row.startswith("decode") else SEQ
+    ids = torch.randint(0, model.config.vocab_size, (batch, seq), device=device, generator=gen)
+    if spec.kind == "encdec" and seq == 1:
+        return ids, torch.randn(batch, ENC_SEQ, model.config.d_model, device=device,
+                                generator=gen)
+    return (ids, ids.roll(1, dims=-1)) if spec.kind == "encdec" else (ids,)
+
+
+def forward(spec: Spec, model, inputs: tuple, amp: bool) -> torch.Tensor:
+    """The row's output, logits or last_hidden_state, under bf16 autocast if ``amp``."""
+    with torch.autocast("cuda", torch.bfloat16, enabled=amp):
+        if spec.kind == "vision":
+            return model(pixel_values=inputs[0]).last_hidden_state
+        if spec.kind == "encoder":
+            return model(input_ids=inputs[0]).last_hidden_state
+        if spec.kind == "encdec" and inputs[1].is_floating_point():
+            return model(encoder_outputs=(inputs[1],), decoder_input_ids=inputs[0],
+                         use_cache=False).logits
+        if spec.kind == "encdec":
+            return model(input_ids=inputs[0], decoder_input_ids=inputs[1],
+                         use_cache=False).logits
+        return model(input_ids=inputs[0], use_cache=False).logits
+
+
+def fresh(fn):
+    """``fn`` behind a new code object: Dynamo caches compiled code per code object."""
+    ns = {"fn": fn}
+    exec("def zoo_step(*args):\n    return fn(*args)\n", ns)  # noqa: S102
+    return ns["zoo_step"]
+
+
+def side_config(side: str):
+    flags = [o.flag for o in torch_overlay.OVERLAYS if hasattr(torch._inductor.config, o.flag)]
+    return torch._inductor.config.patch({f: side == "overlay" for f in flags})
+
+
+def kernel_us(call, iters: int = ITERS, warmup: int = WARMUP) -> float:
+    """GPU time per call: the profiler's CUDA events summed (kernels, memsets, copies; not
+    annotations), as its "Self CUDA time total" sums them."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(warmup):
+        call()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(iters):
+            call()
+        torch.cuda.synchronize()
+    us = sum(e.time_range.elapsed_us() for e in prof.events()
+             if e.device_type == DeviceType.CUDA and not e.is_user_annotation)
+    if not us > 0:
+        raise RuntimeError("torch.profiler recorded no CUDA kernel")
+    return us / iters
+
+
+PROFILER_TIMER = "GPU kernel time (torch.profiler, summed)"
+
+
+def pick_timer() -> tuple:
+    """kernel_us, unless this machine's profiler records no kernel: then do_bench."""
+    x = torch.randn(1024, 1024, device="cuda")
+    try:
+        kernel_us(lambda: x @ x, iters=2, warmup=1)
+        return kernel_us, PROFILER_TIMER
+    except Exception as e:
+        log(f"torch.profiler unusable ({one_line(e)}): timing with do_bench instead")
+        return (lambda call: 1e3 * median_ms(call)), "do_bench median (NOT kernel time)"
+
+
+def max_rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """max |out - ref| / max |ref| (an elementwise relative error means nothing near 0)."""
+    out, ref = out.detach().double(), ref.detach().double()
+    return ((out - ref).abs().max() / ref.abs().max()).item()
+
+
+def counters_fired(before: dict) -> dict:
+    from torch._dynamo.utils import counters
+
+    return {k: v - before.get(k, 0) for k, v in counters["inductor"].items()
+            if k.startswith(("tensorcore_mm", "gelu_add")) and v > before.get(k, 0)}
+
+
+def measure_row(spec: Spec, model, row: str, device: str = "cuda", timer=kernel_us,
+                compile=torch.compile) -> list[dict]:
+    """One row of one model, both sides; one entry per batch (decode_dyn has three)."""
+    from torch._dynamo.utils import counters
+    from torch._inductor.utils import fresh_cache
+
+    train = row == "train"
+    batches = DYN_BATCHES if row == "decode_dyn" else (1,) if row == "decode1" else (BATCH,)
+    inputs = {b: make_inputs(spec, model, row, b, device) for b in batches}
+
+    def step(*t):
+        out = forward(spec, model, t, amp=True)
+        return out.float().pow(2).mean() if train else out
+
+    def call(fn, b):
+        if not train:
+            with torch.no_grad():
+                return fn(*inputs[b])
+        model.zero_grad(set_to_none=True)
+        loss = fn(*inputs[b])
+        loss.backward()
+        return loss.detach()
+
+    entries, refs = {}, {}
+    for b in batches:
+        with torch.no_grad():
+            ref = forward(spec, model, inputs[b], amp=False)  # fp32 eager, no autocast
+        refs[b] = ref.float().pow(2).mean() if train else ref
+        entries[b] = {"model": spec.name, "hidden": spec.hidden, "row": row, "batch": b,
+                      "eager_err": max_rel_err(call(step, b), refs[b]), "sides": {}}
+    torch._dynamo.reset()
+    compiled = {}
+    for side in ("stock", "overlay"):
+        compiled[side] = compile(fresh(step), fullgraph=True)
+        before = dict(counters["inductor"])
+        for b in batches:
+            graphs, first = counters["stats"]["unique_graphs"], b == batches[0]
+            with side_config(side), (fresh_cache() if first else contextlib.nullcontext()):
+                if row == "decode_dyn" and first:
+                    for t in inputs[b]:
+                        torch._dynamo.mark_dynamic(t, 0)
+                start = time.perf_counter()
+                out = call(compiled[side], b)
+                if device == "cuda":
+                    torch.cuda.synchronize()
+                seconds = time.perf_counter() - start
+            res = entries[b]["sides"][side] = {"err": max_rel_err(out, refs[b]), "us": []}
+            if first:
+                res["compile_s"] = seconds
+            elif counters["stats"]["unique_graphs"] > graphs:
+                res["recompile_s"] = seconds
+            del out
+        entries[batches[0]]["sides"][side]["counters"] = counters_fired(before)
+    for order in (("stock", "overlay"), ("overlay", "stock")):
+        for side in order:
+            with side_config(side):
+                for b in batches:
+                    entries[b]["sides"][side]["us"].append(timer(lambda: call(compiled[side], b)))
+    for e in entries.values():
+        for res in e["sides"].values():
+            res["mean_us"] = sum(res["us"]) / len(res["us"])
+        e["ratio"] = e["sides"]["stock"]["mean_us"] / e["sides"]["overlay"]["mean_us"]
+    compiled.clear()  # the compiled code and its graphs go with the reset
+    torch._dynamo.reset()
+    return [entries[b] for b in sorted(batches)]
+
+
+# -- the run on a GPU ----------------------------------------------------------------
+
+def label(e: dict) -> str:
+    return f"decode_dyn B={e['batch']}" if e["row"] == "decode_dyn" and "batch" in e else e["row"]
+
+
+def markdown(doc: dict) -> str:
+    env = doc["env"]
+    head = (f"{env['gpu']}, torch {env['torch']}, triton {env['triton']}, transformers "
+            f"{env['transformers']}, {env['date']}: {doc['settings']['timer']}, us per call, "
+            f"mean of 2 passes ({ITERS} calls each). `{env['command']}`. fp32 "
+            "parameters under bf16 autocast, 2 layers, random weights; decode rows are "
+            "one-token steps without KV cache; ratio = stock / overlay; compile = first call "
+            "(in brackets: decode_dyn B=1's recompile); err = max |out - fp32 eager| / "
+            "max |fp32 eager|, eager bf16 autocast's in brackets.")
+    rows = []
+    for e in doc["rows"]:
+        s, o = (e.get("sides", {}).get(k, {}) for k in ("stock", "overlay"))
+        if "ratio" not in e:
+            rows.append([e["model"], e["hidden"], label(e), "-", "-", e["status"], "-",
+                         e.get("message", "")[:160]])
+            continue
+        comp = " / ".join(f"{x['compile_s']:.1f}" if "compile_s" in x else
+                          f"({x['recompile_s']:.1f})" if "recompile_s" in x else "-"
+                          for x in (s, o))
+        rows.append([e["model"], e["hidden"], label(e), f"{s['mean_us']:.1f}",
+                     f"{o['mean_us']:.1f}", f"{e['ratio']:.2f}x", comp,
+                     f"{s['err']:.1e} / {o['err']:.1e} ({e['eager_err']:.1e})"])
+    return head + "\n\n" + markdown_table(
+        ["model", "hidden", "row", "stock us", "overlay us", "ratio", "compile s stock / overlay",
+         "err stock / overlay (eager)"], rows)
+
+
+def run(args, argv) -> int:
+    import transformers
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    warm_up_compiler("cuda")  # before enabling: it disables the overlays when done
+    overlays = probe_overlays(None, False)
+    try:
+        torch_overlay.enable()
+    except torch_overlay.OverlayError as e:  # then both sides are stock Inductor
+        log(f"overlays not enabled: {e}")
+    env = {**environment(["--zoo", *argv], overlays), "transformers": transformers.__version__}
+    timer, timer_name = pick_timer()
+    doc = {"env": env, "settings": {"timer": timer_name, "warmup": WARMUP, "iters": ITERS,
+                                    "budget_s": args.budget_s}, "models": {}, "rows": []}
+    plan = [(m, r) for m, r in ORDER if m in args.models and r in args.rows
+            and r in SPECS[m].rows()]
+    last = {m: i for i, (m, _) in enumerate(plan)}
+    models, start = {}, time.perf_counter()
+    for i, (name, row) in enumerate(plan):
+        spec, elapsed = SPECS[name], time.perf_counter() - start
+        failed = {"model": name, "hidden": spec.hidden, "row": row}
+        if args.budget_s and elapsed > args.budget_s:
+            doc["rows"].append({**failed, "status": "skipped", "message": "time budget spent"})
+        else:
+            log(f"[{elapsed:4.0f} s] {name} {row}")
+            try:
+                if name not in models:
+                    models[name] = model = build(spec, "cuda")
+                    doc["models"][name] = {"source": spec.source, "config": spec.kwargs,
+                                           "params": sum(p.numel() for p in model.parameters()),
+                                           "attn": model.config._attn_implementation}
+                for e in measure_row(spec, models[name], row, timer=timer):
+                    doc["rows"].append(e)
+                    s, o = e["sides"]["stock"], e["sides"]["overlay"]
+                    log(f"    {label(e)}: stock {s['mean_us']:.1f} us, overlay "
+                        f"{o['mean_us']:.1f} us, {e['ratio']:.2f}x; err {s['err']:.1e} / "
+                        f"{o['err']:.1e}; overlay counters {o.get('counters')}")
+            except Exception as e:  # one row's failure must not end the run
+                doc["rows"].append({**failed, "status": "failed", "message": one_line(e)})
+                log(f"    failed: {one_line(e)}")
+        if last[name] == i:
+            models.pop(name, None)
+        gc.collect()
+        torch.cuda.empty_cache()
+        doc["wall_s"] = time.perf_counter() - start
+        write_json(doc, args.out / "zoo.json")  # after each row: a killed run keeps it
+    text = markdown(doc)
+    (args.out / "zoo.md").write_text(text + "\n")
+    log(text + f"\n\nresults: {args.out / 'zoo.json'}; {doc['wall_s']:.0f} s in all")
+    return 0
+
+
+# -- code generation without a GPU ----------------------------------------------------
+
+def index_as_aten(self, index):
+    """``self[index]`` as aten view and index ops (basic and integer-tensor indexing)."""
+    index = index if isinstance(index, tuple) else (index,)
+    if any(i is Ellipsis for i in index):
+        k = next(n for n, i in enumerate(index) if i is Ellipsis)
+        used = sum(1 for i in index if i is not None and i is not Ellipsis)
+        index = index[:k] + (slice(None),) * (self.dim() - used) + index[k + 1:]
+    out, dim, tensors = self, 0, []
+    for i in index:
+        if isinstance(i, torch.Tensor) and i.dtype == torch.bool:
+            raise NotImplementedError("boolean indexing of a faked CUDA tensor")
+        if i is None:
+            out = out.unsqueeze(dim)
+        elif isinstance(i, slice) and i != slice(None):
+            out = torch.ops.aten.slice.Tensor(out, dim, i.start, i.stop, i.step or 1)
+        elif not isinstance(i, (slice, torch.Tensor)):  # an integer: the dim goes
+            out = torch.ops.aten.select.int(out, dim, i)
+            continue
+        tensors.append(i if isinstance(i, torch.Tensor) else None)
+        dim += 1
+    while tensors and tensors[-1] is None:
+        tensors.pop()
+    return torch.ops.aten.index.Tensor(out, tensors) if tensors else out
+
+
+@contextlib.contextmanager
+def fake_cuda_methods():
+    """Tensor methods whose C++ binding asks the CUDA driver for the current device (which
+    the GPU-free harness's faked H200 has not), done in Python for CUDA tensors."""
+    getitem, contiguous = torch.Tensor.__getitem__, torch.Tensor.contiguous
+
+    def _getitem(self, index):
+        return (index_as_aten if self.device.type == "cuda" else getitem)(self, index)
+
+    def _contiguous(self, memory_format=torch.contiguous_format):
+        if self.device.type != "cuda" or self.is_contiguous(memory_format=memory_format):
+            return contiguous(self, memory_format=memory_format)
+        return torch.ops.aten.clone.default(self, memory_format=memory_format)
+    with mock.patch.object(torch.Tensor, "__getitem__", _getitem), \
+            mock.patch.object(torch.Tensor, "contiguous", _contiguous):
+        yield
+
+
+def compile_only(names, rows=("decode1", "batch8")) -> list[dict]:
+    """Tiny configs (1 layer, hidden 64) compiled for the H200 through the GPU-free harness,
+    overlays on: the counters of the overlay paths that fired. No train row: backward code
+    needs a real GPU. Shape padding is off (it would time matmuls on the device)."""
+    from torch._dynamo.utils import counters
+
+    from torch_overlay.testing import get_code
+
+    enabled = torch_overlay.enable()
+    results = []
+    for name in names:
+        spec = SPECS[name]
+        model = build(spec, "cpu", tiny=True).requires_grad_(False)
+        for row in (r for r in spec.rows() if r in rows):
+            res = {"model": name, "row": row}
+            inputs = make_inputs(spec, model, row, 1 if row == "decode1" else BATCH, "cpu")
+
+            def step(m, *t):
+                with torch.no_grad():
+                    return forward(spec, m, t, amp=True)
+            try:
+                torch._dynamo.reset()
+                before, start = dict(counters["inductor"]), time.perf_counter()
+                with fake_cuda_methods(), side_config("overlay"), torch._inductor.config.patch(
+                        joint_graph_constant_folding=False, shape_padding=False):
+                    code = get_code(torch.compile(step, fullgraph=True), model, *inputs,
+                                    force_fake=True)
+                res.update(status="ok", seconds=time.perf_counter() - start,
+                           counters=counters_fired(before), code_chars=sum(map(len, code)))
+            except Exception as e:
+                res.update(status="failed", message=one_line(e))
+            log(f"{name} {row}: {res['status']} {res.get('counters', res.get('message'))}")
+            results.append(res)
+    torch._dynamo.reset()
+    if enabled:
+        torch_overlay.disable(enabled)
+    return results
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="bench.py --zoo", description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=pathlib.Path, default=pathlib.Path("bench_out"),
+                   help="directory for zoo.json and zoo.md (default: bench_out)")
+    p.add_argument("--models", type=lambda s: s.split(","), default=list(SPECS),
+                   help=f"default: {','.join(SPECS)}")
+    p.add_argument("--rows", type=lambda s: s.split(","), default=list(ROWS),
+                   help=f"default: {','.join(ROWS)}")
+    p.add_argument("--budget-s", type=float, default=DEFAULT_BUDGET_S,
+                   help=f"start no row after this many seconds (default {DEFAULT_BUDGET_S})")
+    p.add_argument("--compile-only", action="store_true",
+                   help="tiny configs, overlays on, GPU-free H200 code generation")
+    p.add_argument("--list", action="store_true", help="the models and their rows")
+    args = p.parse_args(argv)
+    unknown = [m for m in args.models if m not in SPECS] + [r for r in args.rows if r not in ROWS]
+    if unknown:
+        print(f"bench.py --zoo: unknown {', '.join(unknown)}", file=sys.stderr)
+        return 2
+    if args.list:
+        for s in (SPECS[m] for m in args.models):
+            log(f"{s.name}: {s.source}; hidden {s.hidden}; rows {', '.join(s.rows())}")
+        return 0
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        print("bench.py --zoo: needs transformers (pip install -e '.[bench]')", file=sys.stderr)
+        return 2
+    if args.compile_only:
+        results = compile_only(args.models, [r for r in args.rows if r in ("decode1", "batch8")])
+        args.out.mkdir(parents=True, exist_ok=True)
+        write_json({"compile_only": results}, args.out / "zoo_compile_only.json")
+        log(text_table(["model", "row", "status", "s", "overlay counters"],
+                       [[r["model"], r["row"], r["status"], f"{r.get('seconds', 0):.1f}",
+                         str(r.get("counters", r.get("message")))] for r in results]))
+        return 0 if all(r["status"] == "ok" for r in results) else 1
+    if not gpu_available():
+        print("bench.py: no CUDA GPU here; --zoo needs one (--zoo --compile-only and "
+              "--zoo --list run without)", file=sys.stderr)
+        return 1
+    return run(args, argv)
