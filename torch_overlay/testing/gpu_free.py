@@ -13,8 +13,8 @@ a faked GPU (``--gpu-free-profile``, default h200; see ``fake_cuda``):
   is already on the faked GPU returns it (or its dtype conversion);
 - ``torch.Generator(device="cuda")`` is a CPU generator (the factories draw on the CPU);
 - Inductor generates the same CUDA Triton source as on that GPU, which ``get_code`` returns;
-- a test that would run CUDA code (or autograd on a CUDA tensor) is skipped, naming why:
-  only a real GPU has values.
+- a test that would run CUDA code (autograd on a CUDA tensor, max-autotune's benchmarks
+  included) is skipped, naming why: only a real GPU has values.
 
 With a CUDA GPU present the plugin does nothing.
 """
@@ -89,9 +89,12 @@ class FakeGPU:
             stack.enter_context(_patch(torch.nn.Parameter, "__new__",
                                        self._parameter(torch.nn.Parameter.__new__)))
             from torch._inductor.graph import GraphLowering
+            from torch._inductor.select_algorithm import AlgorithmSelectorCache
 
             stack.enter_context(_patch(GraphLowering, "compile_to_module",
                                        self._no_cuda_module(GraphLowering.compile_to_module)))
+            stack.enter_context(_patch(AlgorithmSelectorCache, "do_autotuning",
+                                       self._no_autotuning()))
             yield
 
     # -- CUDA tensors as FakeTensors ------------------------------------------
@@ -214,6 +217,17 @@ class FakeGPU:
             return original(graph)
 
         return compile_to_module
+
+    def _no_autotuning(self) -> Callable[..., Any]:
+        # max-autotune times its choices on the device (a failure there is no test result)
+        profile = self.profile
+
+        def do_autotuning(*args: Any, **kwargs: Any) -> Any:
+            raise NeedsRealGPU(
+                f"autotuning benchmarks on the device: needs a real GPU (the {profile.name} "
+                "is faked here)")
+
+        return do_autotuning
 
 
 _EMPTY_STRIDED = torch.empty_strided

@@ -10,7 +10,8 @@ autocast dtype in registers, runs ``tl.dot`` with fp32 accumulation and rounds t
 One row (M = 1) lowers to a reduction over K instead (``_lower_gemv``).
 
 The cost model and configs are template_heuristics/tensorcore_mm.py. A matmul it does not
-pay for, and any input it does not handle, returns None: the stock lowering runs,
+pay for, any input it does not handle and a kernel that fails to compile or load
+(``config.tensorcore_mm_precompile``) return None: the stock lowering runs,
 counted in ``counters["inductor"]["tensorcore_mm_fallback:<reason>"]`` (or ``..._stock:``
 where stock is the better choice). Under max-autotune the template's configs are
 autotuned against the stock path as a subgraph of the same fp32 inputs.
@@ -403,6 +404,10 @@ def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
     if autotune or measure:
         # timed once on the device; Inductor's autotune cache keeps the timings on disk
         choices.extend(_stock_choices(op, kernel_inputs, layout, dtype))
+    if len(choices) == 1 and inductor_config.tensorcore_mm_precompile:
+        # autotuning compiles its choices (and drops those that fail); a single one it
+        # returns uncompiled, and would first load with the output module
+        _precompile(choices[0], op, (batch, mh, nh, kh))
     result = autotune_select_algorithm(name, choices, kernel_inputs.nodes(), layout)
     if isinstance(result, tuple):  # torch 2.13 returns (node, chosen choice)
         result = result[0]
@@ -428,6 +433,27 @@ def _buffer(x: Any) -> Any:
     while isinstance(x, (ir.TensorBox, ir.StorageBox)):
         x = x.data
     return x
+
+
+def _precompile(choice: Any, op: str, shape: tuple[int, ...]) -> None:
+    """Compile and load the template's kernel now, where a failure can still decline.
+
+    Loaded with the output module, after lowering, a kernel the driver cannot load
+    (``CUDA_ERROR_NO_BINARY_FOR_GPU``) or Triton cannot compile fails the compile.
+    """
+    try:
+        choice.precompile()
+    except Exception as e:
+        # one warning a cause (a driver without the binary fails every kernel alike)
+        cause = f"{type(e).__name__}: {e}"
+        report = log.debug if cause in _failed_compiles else log.warning
+        _failed_compiles.add(cause)
+        report("tensorcore_mm: %s of (B, M, N, K) %s: stock lowering, the template kernel "
+               "failed to compile or load: %s", op, shape, cause)
+        raise _Decline("compile_error") from e
+
+
+_failed_compiles: set[str] = set()
 
 
 def _as_fp32(x: Any, src: torch.dtype, dtype: torch.dtype) -> Any:
