@@ -4,7 +4,8 @@ Values are what ``torch.cuda.get_device_properties`` reports on the real parts. 
 h200 profile was read off the project's H200 and is checked against it by
 test/test_harness.py whenever that GPU is present; ``total_memory`` of h100/a100 is
 the nominal size (Inductor's codegen does not read it). The clocks and bus width of
-h100 are what an H100 SXM reported (2026-11-23); h200's and a100's are their specs.
+h200 and h100 are what the project's H200 and an H100 SXM reported (2026-11-23); a100's
+are its spec.
 """
 from __future__ import annotations
 
@@ -56,7 +57,7 @@ GPU_PROFILES: dict[str, GPUProfile] = {
         shared_memory_per_multiprocessor=233472,
         clock_rate=1980000,
         memory_clock_rate=3201000,
-        memory_bus_width=6144,
+        memory_bus_width=6016,
     ),
     "h100": GPUProfile(
         name="NVIDIA H100 80GB HBM3",

@@ -236,6 +236,13 @@ def _operand(node: torch.fx.Node, i: int, given: Any, dtype: torch.dtype,
     src = _source(node, i, dtype, meta_mod)
     if src is None:
         return given, None, False
+    base = src.src
+    while base.op == "call_function" and base.target in _VIEW_OPS:
+        base = base.args[0]
+    if base.op not in ("placeholder", "get_attr"):
+        # an activation this graph computes (a norm, a residual add): stock writes its
+        # 16-bit copy from the kernel that computes it, no cast kernel to save
+        return given, None, False
     try:
         fp32 = src.lower()
     except Exception as e:  # a view Inductor cannot re-apply: read the 16-bit cast
@@ -350,7 +357,9 @@ def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
     if dynamic_m:
         the_plan = heuristics.plan_dynamic_m(problem, dev, _m_max(m))
     else:
-        the_plan = heuristics.plan(problem, dev)
+        # a frozen weight's gemv was measured as it is laid out
+        gemv_ok = weight16 or _k_contiguous(_val(node.args[b_i]))
+        the_plan = heuristics.plan(problem, dev, allow_gemv=gemv_ok)
     plan_log.debug("%s %s: %s", node, (batch, mh, nh, kh), the_plan.describe())
     if the_plan.path == "gemv":
         # read the fp32 sources unless their casts run anyway
@@ -401,24 +410,40 @@ def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
         choices = V.choices.get_template_configs(kernel_inputs, [template], name)
     if not choices:
         raise _Decline("no_config")
-    if autotune or measure:
-        # timed once on the device; Inductor's autotune cache keeps the timings on disk
+    shape = (batch, mh, nh, kh)
+    if autotune:
         choices.extend(_stock_choices(op, kernel_inputs, layout, dtype))
-    if len(choices) == 1 and inductor_config.tensorcore_mm_precompile:
-        # autotuning compiles its choices (and drops those that fail); a single one it
-        # returns uncompiled, and would first load with the output module
-        _precompile(choices[0], op, (batch, mh, nh, kh))
+    elif measure:
+        # the template's kernel against the 16-bit GEMM plus the casts the template saves
+        # (a cast kernel's cost the model knows well: it streams); kernel times both, as
+        # a model runs them, not a Python call's (three launches of the stock path would
+        # time the host). Cached on disk like Inductor's autotuning.
+        try:
+            t_template, t_gemm = _timings(choices[0], kernel_inputs, layout, op, dtype)
+        except Exception as e:
+            _compile_failed(op, shape, e)
+        saved = sum(heuristics.cast_seconds(o, dev) for o, fused in (
+            (problem.a, the_plan.fused_a), (problem.b, the_plan.fused_b),
+            (problem.bias, the_plan.fused_bias)) if fused and o is not None and o.castable)
+        faster = t_template < (t_gemm + saved) * (1.0 - MEASURED_MARGIN)
+        plan_log.debug("%s %s: measured: template %s %.1f us, stock %.1f us (GEMM %.1f us + "
+                       "casts %.1f us predicted): %s", node, shape, the_plan.config,
+                       t_template * 1e6, (t_gemm + saved) * 1e6, t_gemm * 1e6, saved * 1e6,
+                       "template" if faster else "stock")
+        if not faster:
+            raise _Decline("measured", fallback=False)
+    elif inductor_config.tensorcore_mm_precompile:
+        # a single choice autotuning returns uncompiled: loaded with the output module,
+        # a kernel the driver cannot load would fail the compile
+        try:
+            choices[0].precompile()
+        except Exception as e:
+            _compile_failed(op, shape, e)
     result = autotune_select_algorithm(name, choices, kernel_inputs.nodes(), layout)
     if isinstance(result, tuple):  # torch 2.13 returns (node, chosen choice)
         result = result[0]
     if not isinstance(result, ir.IRNode):
         raise TypeError(f"{name}: autotuning returned {type(result).__name__}, not IR")
-    if measure:
-        stock_won = isinstance(_buffer(result), ir.SubgraphBuffer)
-        plan_log.debug("%s %s: measured: %s", node, (batch, mh, nh, kh),
-                       "stock faster" if stock_won else f"template {the_plan.config} faster")
-        if stock_won:  # stock's own lowering, not the timed stand-in (its buffer is unused)
-            raise _Decline("measured", fallback=False)
     _count("tensorcore_mm_template")
     if weight16:
         _count("tensorcore_mm_template_frozen")
@@ -429,31 +454,84 @@ def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
     return result
 
 
-def _buffer(x: Any) -> Any:
-    while isinstance(x, (ir.TensorBox, ir.StorageBox)):
-        x = x.data
-    return x
+def _k_contiguous(b: Optional[torch.Tensor]) -> bool:
+    """The [K, N] operand has K contiguous (F.linear's transposed weight): the gemv's
+    dot for an output column reads one contiguous row. Across rows (Conv1D's [K, N]
+    weight) it would not stream: the template's tiles do."""
+    return b is not None and b.dim() >= 2 and b.stride()[-2] == 1
 
 
-def _precompile(choice: Any, op: str, shape: tuple[int, ...]) -> None:
-    """Compile and load the template's kernel now, where a failure can still decline.
-
-    Loaded with the output module, after lowering, a kernel the driver cannot load
-    (``CUDA_ERROR_NO_BINARY_FOR_GPU``) or Triton cannot compile fails the compile.
-    """
-    try:
-        choice.precompile()
-    except Exception as e:
-        # one warning a cause (a driver without the binary fails every kernel alike)
-        cause = f"{type(e).__name__}: {e}"
-        report = log.debug if cause in _failed_compiles else log.warning
-        _failed_compiles.add(cause)
-        report("tensorcore_mm: %s of (B, M, N, K) %s: stock lowering, the template kernel "
-               "failed to compile or load: %s", op, shape, cause)
-        raise _Decline("compile_error") from e
+def _compile_failed(op: str, shape: tuple[int, ...], e: Exception) -> None:
+    """Decline to stock after the template kernel failed to compile or load, with one
+    warning a cause (a driver without the binary fails every kernel alike)."""
+    cause = f"{type(e).__name__}: {e}"
+    report = log.debug if cause in _failed_compiles else log.warning
+    _failed_compiles.add(cause)
+    report("tensorcore_mm: %s of (B, M, N, K) %s: stock lowering, the template kernel "
+           "failed to compile or load: %s", op, shape, cause)
+    raise _Decline("compile_error") from e
 
 
 _failed_compiles: set[str] = set()
+# a measured template must beat the stock path by this much (timing noise)
+MEASURED_MARGIN = 0.05
+
+
+def _timings(choice: Any, kernel_inputs: MMKernelInputs, layout: Any, op: str,
+             dtype: torch.dtype) -> tuple[float, float]:
+    """Seconds of the template's kernel, and of the aten matmul on 16-bit tensors of the
+    same sizes and strides, on this device; once per key on disk."""
+    import hashlib
+    import json
+    import os
+
+    import triton
+
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    hint = V.graph.sizevars.optimization_hint
+    nodes = kernel_inputs.nodes()
+    layouts = [([int(hint(s)) for s in n.get_size()], [int(hint(s)) for s in n.get_stride()])
+               for n in nodes]
+    alpha, beta = kernel_inputs._scalars.get("alpha", 1), kernel_inputs._scalars.get("beta", 1)
+    key = json.dumps([torch.cuda.get_device_name(nodes[0].get_device()), torch.__version__, triton.__version__,
+                      choice.hash_key(), op, str(dtype), layouts, alpha, beta])
+    path = os.path.join(cache_dir(), "tensorcore_mm",
+                        hashlib.sha256(key.encode()).hexdigest()[:40] + ".json")
+    try:
+        with open(path) as f:
+            cached = json.load(f)
+        return cached["template"], cached["gemm"]
+    except (OSError, ValueError, KeyError):
+        pass
+    template, gemm = _measure(choice, kernel_inputs, layout, layouts, op, dtype)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump({"template": template, "gemm": gemm, "key": key}, f)
+    os.replace(tmp, path)
+    return template, gemm
+
+
+def _measure(choice: Any, kernel_inputs: MMKernelInputs, layout: Any,
+             layouts: list[tuple[list[int], list[int]]], op: str,
+             dtype: torch.dtype) -> tuple[float, float]:
+    from torch._inductor.runtime.benchmarking import benchmarker
+    from torch._inductor.select_algorithm import AlgorithmSelectorCache
+
+    nodes = kernel_inputs.nodes()
+    device = nodes[0].get_device()
+    example = AlgorithmSelectorCache.benchmark_example_value
+    template = choice.benchmark(*[example(n) for n in nodes], out=example(layout)) / 1e3
+
+    def tensor16(size: list[int], stride: list[int]) -> torch.Tensor:
+        extent = 1 + sum((s - 1) * st for s, st in zip(size, stride))
+        return torch.randn(extent, dtype=dtype, device=device).as_strided(size, stride)
+
+    args16 = [tensor16(*sl) for sl in layouts]
+    stock = _stock_fn(op, dtype, kernel_inputs._scalars.get("alpha", 1),
+                      kernel_inputs._scalars.get("beta", 1))
+    return template, benchmarker.benchmark_gpu(lambda: stock(*args16)) / 1e3
 
 
 def _as_fp32(x: Any, src: torch.dtype, dtype: torch.dtype) -> Any:
