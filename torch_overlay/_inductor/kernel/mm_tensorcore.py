@@ -422,7 +422,8 @@ def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
             t_template, t_gemm = _timings(choices[0], kernel_inputs, layout, op, dtype)
         except Exception as e:
             _compile_failed(op, shape, e)
-        saved = sum(heuristics.cast_seconds(o, dev) for o, fused in (
+        # the casts' bytes only: a model that keeps the device busy hides their launches
+        saved = sum(heuristics.cast_seconds(o, dev) - dev.kernel_overhead for o, fused in (
             (problem.a, the_plan.fused_a), (problem.b, the_plan.fused_b),
             (problem.bias, the_plan.fused_bias)) if fused and o is not None and o.castable)
         faster = t_template < (t_gemm + saved) * (1.0 - MEASURED_MARGIN)
@@ -473,8 +474,10 @@ def _compile_failed(op: str, shape: tuple[int, ...], e: Exception) -> None:
 
 
 _failed_compiles: set[str] = set()
-# a measured template must beat the stock path by this much (timing noise)
-MEASURED_MARGIN = 0.05
+# A measured template must beat the stock path by this much: timed alone it runs a
+# little faster than in a model (H200, BERT/ViT-large layers at 8x128 tokens: measured
+# 5-10% faster, the models 0.83-0.85x stock in kernel time).
+MEASURED_MARGIN = 0.15
 
 
 def _timings(choice: Any, kernel_inputs: MMKernelInputs, layout: Any, op: str,
