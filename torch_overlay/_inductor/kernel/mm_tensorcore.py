@@ -475,7 +475,7 @@ def _compile_failed(op: str, shape: tuple[int, ...], e: Exception) -> None:
 
 _failed_compiles: set[str] = set()
 # A measured template must beat the stock path by this much: timed alone it runs a
-# little faster than in a model (H200, BERT/ViT-large layers at 8x128 tokens: measured
+# little faster than in a model (BERT/ViT-large layers at 8x128 tokens: measured
 # 5-10% faster, the models 0.83-0.85x stock in kernel time).
 MEASURED_MARGIN = 0.15
 
