@@ -322,7 +322,8 @@ class TestCostModel(TestCase):
             # several thin tiles an SM: a shallower pipeline (16x4096: one tile an SM)
             (16, 11008, 4096): ("template", True, True, dataclasses.replace(decode, num_stages=3)),
             (16, 4096, 11008): ("template", True, True, decode),
-            (1024, 4096, 4096): ("template", False, True, T(256, 128, 64, 8, 8, 3, SWAP_AB=True)),
+            # tiles that re-read the operands: stock (max-autotune's 256x128x64 s3 swap)
+            (1024, 4096, 4096): ("stock", False, False, None),
             (2048, 4096, 4096): ("stock", False, False, None),
             (4096, 4096, 4096): ("stock", False, False, None),
             (2048, 11008, 4096): ("stock", False, False, None),
@@ -383,11 +384,16 @@ class TestCostModel(TestCase):
         # decode streams the fp32 weight once: a large predicted win is taken as is
         decode = heuristics.plan(self.linear_problem(16, 4096, 4096), H200)
         self.assertEqual((decode.path, decode.measure), ("template", False), decode.describe())
-        # tiles that re-read their operands: timed on the device before the template is used
-        for mnk in [(1024, 1024, 1024), (256, 4096, 4096), (1576, 4096, 1024)]:
+        # a smaller predicted win, the weight still streamed once: timed on the device
+        for mnk in [(64, 14336, 4096), (256, 4096, 4096)]:
             plan = heuristics.plan(self.linear_problem(*mnk), H200)
             self.assertTrue(plan.measure, plan.describe())
             self.assertIsNotNone(plan.config)
+        # tiles that re-read the operands: stock, whatever is predicted, nothing timed
+        for mnk in [(1024, 1024, 1024), (1576, 4096, 1024)]:
+            plan = heuristics.plan(self.linear_problem(*mnk), H200)
+            self.assertEqual((plan.path, plan.reason, plan.measure),
+                             ("stock", heuristics.REREAD, False), plan.describe())
         # predicted slower: stock, nothing to time
         big = heuristics.plan(self.linear_problem(4096, 4096, 4096), H200)
         self.assertEqual((big.path, big.measure), ("stock", False), big.describe())
@@ -506,7 +512,7 @@ class TestTensorCoreMMCodegen(TensorCoreMMTestCase):
     def test_golden_stock_kept(self):
         # M=4096 is compute-bound: separate casts and cuBLAS, as stock
         code = self.cuda_code(linear(), *gpu_randn((4096, 4096), (4096, 4096)))
-        self.assertStock(code, "tensorcore_mm_stock:cost_model")
+        self.assertStock(code, "tensorcore_mm_stock:reread")
         self.assertEqual(len(cast_kernels(code)), 2)
         self.assertExpectedCode(code)
 
@@ -614,7 +620,11 @@ class TestTensorCoreMMCodegen(TensorCoreMMTestCase):
         # shared memory within the estimate (else a launch fails on the GPU), no spills
         cases = [(16, 4096), (128, 4096), (16, 1024), (1024, 4096)]  # (16, 1024) splits K
         for m, n in cases:
-            code = self.cuda_code(linear(), *gpu_randn((m, 4096), (n, 4096), (n,)))
+            # M=1024 keeps the stock path by default (tiles re-read the operands); its
+            # tile is max-autotune's
+            forced = heuristics.forced("template") if m == 1024 else contextlib.nullcontext()
+            with forced:
+                code = self.cuda_code(linear(), *gpu_randn((m, 4096), (n, 4096), (n,)))
             name = template_kernels(code)[0]
             src = kernel_source(code, name)
             report = compile_for_sm90(name, src)
@@ -792,7 +802,7 @@ class TestTensorCoreMMFallback(TensorCoreMMTestCase):
             gemm = 20e-6
             return (gemm / 2 if winner == "template" else gemm * 2), gemm
 
-        inputs = gpu_randn((1024, 1024), (1024, 1024), (1024,))
+        inputs = gpu_randn((256, 4096), (4096, 4096), (4096,))
         with mock.patch.object(mm_tensorcore, "_timings", timings), \
                 mock.patch("torch.cuda.is_initialized", return_value=True):
             code = self.cuda_code(linear(), *inputs)
@@ -802,7 +812,7 @@ class TestTensorCoreMMFallback(TensorCoreMMTestCase):
             stock = self.cuda_code(linear(), *inputs, enabled=False)
             self.assertEqual(comparable(code), comparable(stock))
         else:
-            self.assertTemplate(code)
+            self.assertTemplate(code, casts=1)  # x cast apart: the tiles re-read it
         with inductor_config.patch(tensorcore_mm_measure=False):
             self.cuda_code(linear(), *inputs)
         self.assertEqual(self.counts["tensorcore_mm_template"], 1)  # the prediction's choice
@@ -817,15 +827,15 @@ class TestTensorCoreMMFallback(TensorCoreMMTestCase):
             measured.append(args[3])  # the input layouts timed
             return 1e-6, 50e-6
 
-        inputs = gpu_randn((1024, 1024), (1024, 1024), (1024,))
+        inputs = gpu_randn((256, 4096), (4096, 4096), (4096,))
         with mock.patch.object(mm_tensorcore, "_measure", measure), \
                 mock.patch("torch.cuda.is_initialized", return_value=True):
             for _ in range(2):
-                self.assertTemplate(self.cuda_code(linear(), *inputs))
+                self.assertTemplate(self.cuda_code(linear(), *inputs), casts=1)
         self.assertEqual(len(measured), 1)
         # bias (expanded), x, and F.linear's transposed weight
-        self.assertEqual(measured[0], [([1024, 1024], [0, 1]), ([1024, 1024], [1024, 1]),
-                                       ([1024, 1024], [1, 1024])])
+        self.assertEqual(measured[0], [([256, 4096], [0, 1]), ([256, 4096], [4096, 1]),
+                                       ([4096, 4096], [1, 4096])])
 
     @requires_cuda_sm80
     def test_decisions_log_to_their_artifact(self):

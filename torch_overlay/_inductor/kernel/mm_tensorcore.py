@@ -381,7 +381,10 @@ def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
     # timing needs a live device: a compile from fake tensors alone goes by the prediction
     measure = (the_plan.measure and not dynamic_m and not autotune
                and inductor_config.tensorcore_mm_measure and torch.cuda.is_initialized())
-    if the_plan.path != "template" and not measure:
+    reread = the_plan.reason == heuristics.REREAD
+    if the_plan.path != "template" and not measure and not (autotune and reread):
+        if reread:
+            raise _Decline("reread", fallback=False)
         if the_plan.reason.startswith("smem"):
             raise _Decline("smem")
         if the_plan.reason.startswith("dynamic M"):
