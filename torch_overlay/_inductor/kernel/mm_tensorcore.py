@@ -236,10 +236,7 @@ def _operand(node: torch.fx.Node, i: int, given: Any, dtype: torch.dtype,
     src = _source(node, i, dtype, meta_mod)
     if src is None:
         return given, None, False
-    base = src.src
-    while base.op == "call_function" and base.target in _VIEW_OPS:
-        base = base.args[0]
-    if base.op not in ("placeholder", "get_attr"):
+    if _under_views(src.src).op not in ("placeholder", "get_attr"):
         # an activation this graph computes (a norm, a residual add): stock writes its
         # 16-bit copy from the kernel that computes it, no cast kernel to save
         return given, None, False
@@ -254,6 +251,16 @@ def _operand(node: torch.fx.Node, i: int, given: Any, dtype: torch.dtype,
     return given, fp32, src.cast_shared
 
 
+def _under_views(arg: Any) -> Any:
+    """``arg`` with the shape ops in front of it looked through (at most 8)."""
+    for _ in range(8):
+        if not (isinstance(arg, torch.fx.Node) and arg.op == "call_function"
+                and arg.target in _VIEW_OPS and isinstance(arg.args[0], torch.fx.Node)):
+            break
+        arg = arg.args[0]
+    return arg
+
+
 def _constant(node: torch.fx.Node, i: int, given: Any, dtype: torch.dtype) -> bool:
     """Operand ``i`` is a ``dtype`` constant of the graph, read as stored.
 
@@ -263,11 +270,7 @@ def _constant(node: torch.fx.Node, i: int, given: Any, dtype: torch.dtype) -> bo
     compute dtype, with no fp32 tensor behind it (``_source`` finds none). Views in
     front of it are looked through, as ``_source`` does.
     """
-    arg = node.args[i]
-    depth = 0
-    while (isinstance(arg, torch.fx.Node) and arg.op == "call_function" and depth < 8
-           and arg.target in _VIEW_OPS and isinstance(arg.args[0], torch.fx.Node)):
-        arg, depth = arg.args[0], depth + 1
+    arg = _under_views(node.args[i])
     val = _val(arg)
     return (isinstance(arg, torch.fx.Node) and arg.op == "get_attr" and val is not None
             and val.dtype == dtype and given.get_dtype() == dtype and _materialized(given))
@@ -500,8 +503,8 @@ def _timings(choice: Any, kernel_inputs: MMKernelInputs, layout: Any, op: str,
     layouts = [([int(hint(s)) for s in n.get_size()], [int(hint(s)) for s in n.get_stride()])
                for n in nodes]
     alpha, beta = kernel_inputs._scalars.get("alpha", 1), kernel_inputs._scalars.get("beta", 1)
-    key = json.dumps([torch.cuda.get_device_name(nodes[0].get_device()), torch.__version__, triton.__version__,
-                      choice.hash_key(), op, str(dtype), layouts, alpha, beta])
+    key = json.dumps([torch.cuda.get_device_name(nodes[0].get_device()), torch.__version__,
+                      triton.__version__, choice.hash_key(), op, str(dtype), layouts, alpha, beta])
     path = os.path.join(cache_dir(), "tensorcore_mm",
                         hashlib.sha256(key.encode()).hexdigest()[:40] + ".json")
     try:
