@@ -3,10 +3,13 @@
 import dataclasses
 import difflib
 import inspect
+import os
 import pathlib
 import re
+import subprocess
 import sys
 import tempfile
+import textwrap
 import types
 
 import torch
@@ -119,6 +122,16 @@ class TestEdits(TestCase):
                                 SOURCE.replace("x + 1", "x + 8"), f"{MODULE}.py"))
         with self.assertRaisesRegex(EditError, "does not apply to torch " + re.escape(torch.__version__)):
             plan_swaps([FileDiff.read(path)])
+
+    def test_a_package_init_edit_names_the_modules_it_imports(self):
+        path = self.root / "init.diff"
+        old = "from . import (\n    a,\n)\n"
+        path.write_text(diff_of(old, old + "from . import b  # noqa: F401\n"
+                                "from ..sibling import c, d\n", "torch/pkg/sub/__init__.py"))
+        diff = FileDiff.read(path)
+        self.assertTrue(diff.imports_modules)
+        self.assertEqual(diff.imported_modules(),
+                         ["torch.pkg.sub.b", "torch.pkg.sibling.c", "torch.pkg.sibling.d"])
 
     def test_module_level_hunk_is_refused(self):
         path = self.root / "toplevel.diff"
@@ -253,6 +266,21 @@ class TestOverlays(TestCase):
 
         with mock.patch.dict(os.environ, {"TORCH_OVERLAY_DISABLE": "1"}):
             self.assertEqual(torch_overlay.enable(), [])
+
+    def test_enable_imports_the_modules_a_package_init_edit_names(self):
+        # upstream's template_heuristics/__init__.py imports each heuristic so that it
+        # registers; enabling does it for the overlay's (its kernel does not import it)
+        probe = textwrap.dedent("""
+            import sys, torch_overlay
+            torch_overlay.enable()
+            from torch._inductor.kernel.mm_tensorcore import tensorcore_mm_template as t
+            from torch._inductor.template_heuristics.registry import get_template_heuristic
+            print(type(get_template_heuristic(t.uid, "cuda", "tensorcore_mm")).__name__)
+        """)
+        out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                             env={**os.environ, "TORCH_OVERLAY_DISABLE": ""})
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertEqual(out.stdout.split()[-1], "TensorCoreMMTemplateConfigHeuristic")
 
     def test_new_modules_load_once_under_their_upstream_names(self):
         import importlib

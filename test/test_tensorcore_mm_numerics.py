@@ -16,6 +16,7 @@ The cases and helpers are the exported file's (imported, not copied).
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import pathlib
 import re
@@ -26,7 +27,7 @@ import unittest
 
 import torch
 from torch._inductor import config as inductor_config
-from torch._inductor.template_heuristics import tensorcore_mm as heuristics
+from torch._inductor.kernel import mm_tensorcore_plan as planner
 from torch._inductor.test_case import TestCase, run_tests
 from torch.testing._internal.common_utils import instantiate_parametrized_tests, parametrize
 from torch.testing._internal.inductor_utils import GPU_TYPE
@@ -60,7 +61,7 @@ class TestTensorCoreMMInterpreter(TensorCoreMMTestCase):
     """
 
     def test_values(self):
-        swap = heuristics.TileConfig(16, 64, 32, 8, 4, 3, SWAP_AB=True)
+        swap = planner.TileConfig(16, 64, 32, 8, 4, 3, SWAP_AB=True)
         cases = [
             ("addmm", (37, 70, 99), None),  # M, N, K off every tile size
             ("mm", (1, 33, 64), None),
@@ -69,8 +70,8 @@ class TestTensorCoreMMInterpreter(TensorCoreMMTestCase):
             ("addmm", (37, 70, 99), swap),  # C^T = B^T A^T, stored transposed
             ("baddbmm", (20, 9, 50), swap),
             # K split in 4, the last program of each tile sums the partials
-            ("addmm", (5, 40, 300), heuristics.TileConfig(16, 16, 32, 8, 4, 2, SPLIT_K=4)),
-            ("mm", (1, 20, 1000), heuristics.TileConfig(16, 16, 64, 8, 4, 3, SPLIT_K=8)),
+            ("addmm", (5, 40, 300), planner.TileConfig(16, 16, 32, 8, 4, 2, SPLIT_K=4)),
+            ("mm", (1, 20, 1000), planner.TileConfig(16, 16, 64, 8, 4, 3, SPLIT_K=8)),
         ]
         jobs, expected = [], []
         for op, (m, n, k), config in cases:
@@ -81,7 +82,9 @@ class TestTensorCoreMMInterpreter(TensorCoreMMTestCase):
                 return fn(*args) * 3.0  # a fused epilogue after the rounding
 
             # the template even where M = 1 would take the gemv reduction
-            with heuristics.forced("template", config=config):
+            with inductor_config.patch(
+                    tensorcore_mm_force_path="template",
+                    tensorcore_mm_force_config=config and dataclasses.asdict(config)):
                 code = self.cuda_code(scaled, *[t.to(GPU_TYPE) for t in inputs])
             if config is not None:
                 self.assertIn(f"SWAP_AB : tl.constexpr = {config.SWAP_AB}", "\n".join(code))

@@ -8,7 +8,7 @@
 Speed against stock is tools/bench.py's (per operator and per model), values are the
 tests' (test/inductor/test_tensorcore_mm.py on the GPU, the criterion of
 torch_overlay/testing/numerics.py). This tool forces the template's plans
-(``forced`` in torch_overlay/_inductor/template_heuristics/tensorcore_mm.py) and says
+(``config.tensorcore_mm_force_*``, see ``forced``) and says
 what to change in that cost model when its predictions miss. Parts:
 
 - variants: F.linear under bf16 autocast (fp32 x and w), the template forced onto
@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import functools
 import itertools
 import math
@@ -116,7 +117,24 @@ def compile_fn(fn: Callable, mode: str, fresh: bool = True,
     torch_overlay.disable()
     if mode == "overlay":
         torch_overlay.enable(list(overlays))
+        # the entries exist once the overlay is on
+        return torch.compile(fn, dynamic=False, options=dict(_FORCE) or None)
     return torch.compile(fn, dynamic=False)
+
+
+_FORCE: dict[str, Any] = {}
+
+
+@contextlib.contextmanager
+def forced(path=None, fused=None, config=None):
+    """The plan (path, operands cast in the kernel, tile config) forced on the overlay
+    compiles ``compile_fn`` makes inside, through tensorcore_mm's config entries."""
+    _FORCE.update(tensorcore_mm_force_path=path, tensorcore_mm_force_fused=fused,
+                  tensorcore_mm_force_config=config and dataclasses.asdict(config))
+    try:
+        yield
+    finally:
+        _FORCE.clear()
 
 
 @contextlib.contextmanager
@@ -138,8 +156,8 @@ class PlanRecorder:
         self._original = h.plan
 
     def __enter__(self):
-        def recording(p, dev):
-            result = self._original(p, dev)
+        def recording(p, dev, *args, **kwargs):
+            result = self._original(p, dev, *args, **kwargs)
             self.plans.append((p, dev, result))
             return result
 
@@ -244,14 +262,14 @@ def epilogue_variants() -> list[tuple]:
 
 @functools.cache
 def heuristics():
-    """The cost model's module, torch._inductor.template_heuristics.tensorcore_mm: it
-    imports once the overlay has been enabled (and stays after ``disable``)."""
+    """The cost model's module, torch._inductor.kernel.mm_tensorcore_plan: it imports
+    once the overlay has been enabled (and stays after ``disable``)."""
     torch_overlay.enable(["tensorcore_mm"])
     try:
-        from torch._inductor.template_heuristics import tensorcore_mm
+        from torch._inductor.kernel import mm_tensorcore_plan
     finally:
         torch_overlay.disable()
-    return tensorcore_mm
+    return mm_tensorcore_plan
 
 
 def part_variants(title: str, plans: list[tuple], budget_s: float, epilogue: bool = False) -> None:
@@ -263,7 +281,7 @@ def part_variants(title: str, plans: list[tuple], budget_s: float, epilogue: boo
     log(f"\n== {title}: forced plans vs the cost model's predictions, do_bench medians ==")
     log(f"{'M,N,K':>18} {'variant':40} {'ms':>7} {'pred':>7} {'cfg':28} note", summary=True)
     stock_ms: dict = {}
-    for shape, label, forced in plans:
+    for shape, label, plan_forced in plans:
         if elapsed() > budget_s:
             log(f"  {title} skipped from {shape} {label} on: time budget {budget_s:.0f} s")
             break
@@ -274,7 +292,7 @@ def part_variants(title: str, plans: list[tuple], budget_s: float, epilogue: boo
                     stock = compile_fn(fn, "stock")
                     stock(*inputs)
                     stock_ms[shape] = median_ms(lambda: stock(*inputs))
-            with (no_caches(), h.forced(*forced) if forced else contextlib.nullcontext(),
+            with (no_caches(), forced(*plan_forced) if plan_forced else contextlib.nullcontext(),
                   PlanRecorder() as rec):
                 compiled = compile_fn(fn, "overlay", overlays=overlays)
                 compiled(*inputs)
@@ -360,11 +378,11 @@ def part_limits() -> None:
     log("\n== limits: pure reads, decode kernel classes, M=1024 compile (do_bench medians) ==")
     fn = linear_fn()
 
-    def cold(mode, inputs, forced=None):
+    def cold(mode, inputs, plan_forced=None):
         """(median ms, seconds of the first call) of ``fn`` compiled in ``mode``, with fresh
         Inductor and Triton caches as tools/bench.py: the first call is a cold compile."""
         with (no_caches(), fresh_cache(),
-              h.forced(*forced) if forced else contextlib.nullcontext()):
+              forced(*plan_forced) if plan_forced else contextlib.nullcontext()):
             compiled = compile_fn(fn, mode)
             start = time.perf_counter()
             compiled(*inputs)
@@ -478,16 +496,15 @@ def _fresh_fn(body: Callable) -> Callable:
     return ns[name]
 
 
-def _frozen_compile(body: Callable, args: list, mode: str, forced=None):
+def _frozen_compile(body: Callable, args: list, mode: str, plan_forced=None):
     """(compiled, code paths, output, counts) of ``body`` compiled in ``mode`` (one of
     FREEZING_MODES) under torch.no_grad(), its first call the compile."""
     import torch._inductor.config as inductor_config
 
     freezing = "+freezing" in mode
-    h = heuristics()  # before compile_fn: it enables the overlays, this disables them
-    compiled = compile_fn(_fresh_fn(body), mode.split("+")[0], fresh=False)
-    with (torch.no_grad(), no_caches(), inductor_config.patch(freezing=freezing),
-          h.forced(*forced) if forced else contextlib.nullcontext()):
+    with forced(*plan_forced) if plan_forced else contextlib.nullcontext():
+        compiled = compile_fn(_fresh_fn(body), mode.split("+")[0], fresh=False)
+    with torch.no_grad(), no_caches(), inductor_config.patch(freezing=freezing):
         out, code = _run_and_get_code_no_reset(compiled, *args)
         counts = overlay_counts()
         compiled(*args)

@@ -40,7 +40,8 @@ OVERLAYS: tuple[Overlay, ...] = tuple(REGISTRY.register(o) for o in (
         purpose="autocast matmuls of fp32 tensors: a Triton template that casts in registers, "
                 "chosen per shape by a cost model",
         flag="tensorcore_mm_autocast",
-        modules=("kernel.mm_tensorcore", "template_heuristics.tensorcore_mm"),
+        modules=("kernel.mm_tensorcore_plan", "kernel.mm_tensorcore",
+                 "template_heuristics.tensorcore_mm"),
         requires=("matmul_meta",),
     ),
     Overlay(

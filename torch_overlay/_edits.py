@@ -10,8 +10,10 @@ table, ``from ... import`` names, decorators' closures) runs the edited code. Re
 the original code object back. A hunk whose context is not in the installed source is
 drift: the edit is refused, naming the function and the torch version.
 
-``config.py`` is the one file whose hunks are module-level: they declare the features'
-flags (``name: type = default``), installed into the live ``torch._inductor.config``.
+``config.py`` and a package's ``__init__.py`` are the files whose hunks are module-level:
+the first declare the features' flags (``name: type = default``), installed into the live
+``torch._inductor.config``; the second import the overlay's new modules of the package so
+that they register, which the registry does when it enables the overlay.
 
 Variants: ``<stem>.<overlay>.diff`` is made against the newest torch release the overlays
 support (the one the exported series targets); the same edit made against an older
@@ -123,6 +125,31 @@ class FileDiff:
         """The config.py diff: module-level flag declarations, not a function edit."""
         return self.upstream == CONFIG_FILE
 
+    @property
+    def imports_modules(self) -> bool:
+        """A package ``__init__.py`` diff: the package imports the overlay's new modules so
+        that they register (template heuristics); at run time the registry imports them."""
+        return self.upstream.endswith("/__init__.py")
+
+    def imported_modules(self) -> list[str]:
+        """The modules the added ``from X import y`` lines import, by absolute name."""
+        package = self.module.removesuffix(".__init__")
+        names = []
+        for hunk in self.hunks:
+            for line in hunk.added:
+                if m := re.match(r"\s*from\s+(\.*)([\w.]*)\s+import\s+([\w\s,]+)", line):
+                    dots, base, imported = m.groups()
+                    if dots:  # relative: "." is the package itself
+                        parts = package.split(".")[:len(package.split(".")) + 1 - len(dots)]
+                        base = ".".join(parts + ([base] if base else []))
+                    names += [f"{base}.{n.strip()}" for n in imported.split(",") if n.strip()]
+        return names
+
+    @property
+    def module_level(self) -> bool:
+        """Hunks outside any function: not applied at run time (see the two above)."""
+        return self.declares_config or self.imports_modules
+
 
 def _find(lines: list[str], block: list[str], near: int) -> int:
     """Index where ``block`` occurs in ``lines``, the occurrence nearest ``near``; -1 if none."""
@@ -181,10 +208,13 @@ def select_edit(primary: pathlib.Path) -> FileDiff:
     (``variant_files``) that applies. Raises the primary's EditError (the hunk, function
     and torch version) when none does.
 
-    A config.py edit only declares flags: where none of its variants' contexts is found
-    the primary still declares them (its hunks are not applied at run time).
+    A config.py edit only declares flags, an ``__init__.py`` edit only imports: where none
+    of its variants' contexts is found the primary still serves (its hunks are not applied
+    at run time).
     """
     candidates = [FileDiff.read(primary)] + [FileDiff.read(p) for p in variant_files(primary)]
+    if candidates[0].imports_modules:  # the package may not exist in an older release
+        return candidates[0]
     source = installed_source(candidates[0])
     error = None
     for diff in candidates:
@@ -193,7 +223,7 @@ def select_edit(primary: pathlib.Path) -> FileDiff:
             return diff
         except EditError as e:
             error = error or e
-    if candidates[0].declares_config:
+    if candidates[0].module_level:
         return candidates[0]
     if len(candidates) > 1:
         others = ", ".join(d.path.name for d in candidates[1:])

@@ -185,7 +185,7 @@ class Registry:
                 diff = select_edit(path)
                 variants[diff.upstream.removeprefix("torch/_inductor/")] = variant_name(diff.path)
                 diffs.append(diff)
-            swaps = plan_swaps([d for d in diffs if not d.declares_config])
+            swaps = plan_swaps([d for d in diffs if not d.module_level])
             return Plan(swaps, None, variants, [d.path for d in diffs])
         except (EditError, ImportError, SyntaxError) as e:
             return Plan([], str(e), variants, [d.path for d in diffs])
@@ -252,10 +252,27 @@ class Registry:
                     reason = f"overlay {name!r} refused: {reason}"
                     self._refused[name] = reason
                     raise OverlayError(reason)
-                self._install(self._enabled + [name])
+                previous = list(self._enabled)
+                self._install(previous + [name])
+                try:
+                    self._import_registered(name)
+                except Exception as e:
+                    self._install(previous)
+                    reason = (f"overlay {name!r} refused: importing its modules failed: "
+                              f"{type(e).__name__}: {e}")
+                    self._refused[name] = reason
+                    raise OverlayError(reason) from e
                 self._refused.pop(name, None)
                 log.debug("enabled overlay %s", name)
             return order
+
+    def _import_registered(self, name: str) -> None:
+        """Import the new modules that an ``__init__.py`` edit of ``name`` has its package
+        import upstream (a template heuristic registers itself when imported)."""
+        for path in self.get(name).edit_files:
+            if (diff := FileDiff.read(path)).imports_modules:
+                for module in diff.imported_modules():
+                    importlib.import_module(module)
 
     def disable(self, names: Iterable[str] | None = None) -> None:
         """Restore upstream for the named overlays (all when None) and their dependants,
@@ -293,7 +310,7 @@ class Registry:
             for swap in reversed(self._swaps):
                 swap.restore()
             try:
-                swaps = plan_swaps([d for d in diffs if not d.declares_config])
+                swaps = plan_swaps([d for d in diffs if not d.module_level])
             except BaseException:
                 for swap in self._swaps:
                     swap.apply()

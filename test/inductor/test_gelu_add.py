@@ -9,7 +9,6 @@ Inductor's CPU backend and on the CUDA GPU against eager and an fp64 reference.
 """
 from __future__ import annotations
 
-import contextlib
 import logging
 import re
 import unittest
@@ -521,11 +520,9 @@ class GeluAddEpilogueTests(GeluAddTestCase):
     FEATURES = ["tensorcore_mm", "gelu_add"]
 
     def code_with(self, fn, *inputs, force=None):
-        from torch._inductor.template_heuristics import tensorcore_mm as heuristics
-
-        forced = (heuristics.forced("template", force) if force is not None
-                  else contextlib.nullcontext())
-        with forced, inductor_config.patch(shape_padding=False):
+        forced = {} if force is None else dict(tensorcore_mm_force_path="template",
+                                               tensorcore_mm_force_fused=force)
+        with inductor_config.patch(shape_padding=False, **forced):
             return self.cuda_code(fn, *inputs, names=self.FEATURES)
 
     def assertOneKernel(self, code):
@@ -602,8 +599,6 @@ class GeluAddEpilogueTests(GeluAddTestCase):
     @parametrize("approximate", APPROXIMATIONS)
     @parametrize("variant", ["bf16", "autocast"])
     def test_gpu_values_and_gradients(self, variant, approximate):
-        from torch._inductor.template_heuristics import tensorcore_mm as heuristics
-
         dtype = torch.bfloat16 if variant == "bf16" else torch.float32
         fn = gelu_linear(approximate, autocast=variant == "autocast")
         for requires_grad in (False, True):
@@ -612,8 +607,9 @@ class GeluAddEpilogueTests(GeluAddTestCase):
             eager_inputs = [t.detach().clone().requires_grad_(requires_grad) for t in inputs]
             # pad_mm would pad this odd matmul (when its benchmark says so): then a
             # slice, not the gelu-add, reads the matmul, and stock keeps it
-            with heuristics.forced("template", (False, False) if variant == "bf16" else None), \
-                    inductor_config.patch(shape_padding=False):
+            fused = (False, False) if variant == "bf16" else None
+            with inductor_config.patch(shape_padding=False, tensorcore_mm_force_path="template",
+                                       tensorcore_mm_force_fused=fused):
                 out, code = self.compile_and_run(fn, *inputs, names=self.FEATURES)
             expected = fn(*eager_inputs)
             reference_inputs = [t.detach().double().requires_grad_(requires_grad) for t in inputs]

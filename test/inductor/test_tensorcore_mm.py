@@ -9,6 +9,7 @@ on a CUDA GPU against eager autocast and an fp64 reference.
 """
 from __future__ import annotations
 
+import ast
 import contextlib
 import dataclasses
 import logging
@@ -27,7 +28,7 @@ import torch.nn.functional as F
 from torch._dynamo.utils import counters
 from torch._inductor import config as inductor_config
 from torch._inductor.kernel import mm_tensorcore
-from torch._inductor.template_heuristics import tensorcore_mm as heuristics
+from torch._inductor.kernel import mm_tensorcore_plan as planner
 from torch._inductor.test_case import TestCase, run_tests
 from torch._inductor.utils import get_code, run_and_get_code
 from torch.testing import FileCheck
@@ -39,14 +40,14 @@ BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
 # what three GPUs report (SMs, shared memory, SM clock, DRAM peak = memory clock x bus
 # width): the plans asserted below are these devices', whatever GPU runs the tests
 DEVICE_SPECS = {
-    "h200": heuristics.DeviceSpec(cc=90, sm_count=132, smem_per_block=232448, sm_clock=1.98e9,
+    "h200": planner.DeviceSpec(cc=90, sm_count=132, smem_per_block=232448, sm_clock=1.98e9,
                                   dram_bw=3.201e9 * 2 * 6016 / 8),
-    "h100": heuristics.DeviceSpec(cc=90, sm_count=132, smem_per_block=232448, sm_clock=1.98e9,
+    "h100": planner.DeviceSpec(cc=90, sm_count=132, smem_per_block=232448, sm_clock=1.98e9,
                                   dram_bw=2.619e9 * 2 * 5120 / 8),
-    "a100": heuristics.DeviceSpec(cc=80, sm_count=108, smem_per_block=166912, sm_clock=1.41e9,
+    "a100": planner.DeviceSpec(cc=80, sm_count=108, smem_per_block=166912, sm_clock=1.41e9,
                                   dram_bw=1.593e9 * 2 * 5120 / 8),
 }
-H200 = heuristics.device_model(DEVICE_SPECS["h200"])
+H200 = planner.device_model(DEVICE_SPECS["h200"])
 
 # the template needs bf16 tensor cores (sm_80); the generated code and the plans that the
 # codegen tests assert are the H200's (its SM count and measured rates)
@@ -276,14 +277,14 @@ class TestCostModel(TestCase):
 
     @staticmethod
     def linear_problem(m, n, k, x_castable=True, w_castable=True):
-        op = heuristics.Operand
-        return heuristics.Problem("addmm", 1, m, n, k, op(m * k, True, not x_castable),
+        op = planner.Operand
+        return planner.Problem("addmm", 1, m, n, k, op(m * k, True, not x_castable),
                                   op(k * n, True, not w_castable), op(n, True))
 
     @parametrize("mnk", [(16, 4096, 4096), (128, 4096, 4096), (16, 11008, 4096), (2, 4096, 4096)],
                  name_fn=lambda mnk: "x".join(map(str, mnk)))
     def test_decode_and_prefill_take_the_template(self, mnk):
-        plan = heuristics.plan(self.linear_problem(*mnk), H200)
+        plan = planner.plan(self.linear_problem(*mnk), H200)
         self.assertEqual(plan.path, "template", plan.describe())
         self.assertTrue(plan.fused_b, "the fp32 weight is what the template saves a cast of")
         self.assertTrue(plan.fused_bias)
@@ -292,27 +293,27 @@ class TestCostModel(TestCase):
                          (2048, 11008, 4096), (8192, 8192, 8192)],
                  name_fn=lambda mnk: "x".join(map(str, mnk)))
     def test_compute_bound_shapes_keep_stock(self, mnk):
-        plan = heuristics.plan(self.linear_problem(*mnk), H200)
+        plan = planner.plan(self.linear_problem(*mnk), H200)
         self.assertEqual(plan.path, "stock", plan.describe())
 
     @parametrize("mnk", [(1, 4096, 4096), (1, 11008, 4096), (1, 4096, 11008)],
                  name_fn=lambda mnk: "x".join(map(str, mnk)))
     def test_one_row_takes_gemv(self, mnk):
         # H200, 1x4096x4096: the reduction took 22.0 us, the template 29.5, stock 47.3
-        plan = heuristics.plan(self.linear_problem(*mnk), H200)
+        plan = planner.plan(self.linear_problem(*mnk), H200)
         self.assertEqual(plan.path, "gemv", plan.describe())
         preds = {q.label: q.seconds for q in plan.predictions}
         self.assertLess(preds["gemv"], min(v for k, v in preds.items() if k != "gemv"))
         batched = dataclasses.replace(self.linear_problem(*mnk), op="bmm", batch=2)
-        self.assertEqual(heuristics.plan(batched, H200).path, "template")
+        self.assertEqual(planner.plan(batched, H200).path, "template")
         # a symbolic M whose hint is 1 must serve larger M too: never the reduction
-        dynamic = heuristics.plan_dynamic_m(self.linear_problem(*mnk), H200, 64)
+        dynamic = planner.plan_dynamic_m(self.linear_problem(*mnk), H200, 64)
         self.assertEqual(dynamic.path, "template", dynamic.describe())
 
     def test_plan_per_shape(self):
         # H200: at 1024x4096x4096 the weight cast in the kernel, 256x128x64 s3 swap, took
         # 70.1 us against stock's 88.0; at 2048 134.9 against 138.2 (no clear win: stock)
-        T = heuristics.TileConfig
+        T = planner.TileConfig
         decode = T(16, 32, 128, 8, 4, 6)
         expected = {
             (1, 4096, 4096): ("gemv", False, False, None),
@@ -330,14 +331,14 @@ class TestCostModel(TestCase):
             (8192, 8192, 8192): ("stock", False, False, None),
         }
         for mnk, want in expected.items():
-            plan = heuristics.plan(self.linear_problem(*mnk), H200)
+            plan = planner.plan(self.linear_problem(*mnk), H200)
             got = (plan.path, plan.fused_a, plan.fused_b, plan.config)
             if plan.path == "stock":  # a stock plan to measure names the template to time
                 got = ("stock", False, False, None)
             self.assertEqual(got, want, (mnk, plan.describe()))
 
     def test_decode_grid_fills_the_sms(self):
-        plan = heuristics.plan(self.linear_problem(16, 4096, 4096), H200)
+        plan = planner.plan(self.linear_problem(16, 4096, 4096), H200)
         cfg = plan.config
         self.assertEqual((cfg.BLOCK_M, cfg.BLOCK_N), (16, 32))
         tiles = -(-16 // cfg.BLOCK_M) * -(-4096 // cfg.BLOCK_N)
@@ -345,34 +346,46 @@ class TestCostModel(TestCase):
 
     def test_a_shared_cast_is_not_fused(self):
         # the bf16 weight is needed elsewhere (e.g. saved for backward): it is read, not re-cast
-        plan = heuristics.plan(self.linear_problem(16, 4096, 4096, w_castable=False), H200)
+        plan = planner.plan(self.linear_problem(16, 4096, 4096, w_castable=False), H200)
         self.assertFalse(plan.fused_b)
         self.assertNotIn("template[b]", [p.label for p in plan.predictions])
         self.assertNotIn("template[a,b]", [p.label for p in plan.predictions])
 
     def test_per_operand_choice_at_prefill(self):
         # M=128: the weight cast is fused whatever is done with x
-        plan = heuristics.plan(self.linear_problem(128, 4096, 4096), H200)
+        plan = planner.plan(self.linear_problem(128, 4096, 4096), H200)
         self.assertTrue(plan.fused_b)
         preds = {p.label: p.seconds for p in plan.predictions}
         self.assertLess(preds["template[b]"], preds["template[a]"])
 
     def test_dynamic_m_plan_holds_over_the_range(self):
         p = self.linear_problem(16, 4096, 4096)
-        bounded = heuristics.plan_dynamic_m(p, H200, 64)
+        bounded = planner.plan_dynamic_m(p, H200, 64)
         self.assertEqual(bounded.path, "template", bounded.describe())
-        hinted = heuristics.plan(p, H200)
+        hinted = planner.plan(p, H200)
         self.assertGreater(bounded.config.BLOCK_M, hinted.config.BLOCK_M)  # not M=16's tile
-        unbounded = heuristics.plan_dynamic_m(p, H200, 8192)
+        unbounded = planner.plan_dynamic_m(p, H200, 8192)
         self.assertEqual(unbounded.path, "stock", unbounded.describe())
+
+    def test_the_decision_imports_no_inductor_and_the_kernel_no_heuristic(self):
+        # one way: the lowering builds the Problem, the plan module decides, the heuristic
+        # only yields the plan's configs (they travel with the kernel inputs)
+        def imports(module):
+            tree = ast.parse(pathlib.Path(module.__file__).read_text())
+            return [a.name for n in ast.walk(tree) if isinstance(n, ast.Import)
+                    for a in n.names] + [n.module or "." for n in ast.walk(tree)
+                                         if isinstance(n, ast.ImportFrom)]
+
+        self.assertFalse([m for m in imports(planner) if m.startswith("torch")])
+        self.assertFalse([m for m in imports(mm_tensorcore) if "heuristics" in m])
 
     @parametrize("gpu", ["h200", "h100", "a100"])
     def test_every_config_fits_shared_memory(self, gpu):
-        dev = heuristics.device_model(DEVICE_SPECS[gpu])
+        dev = planner.device_model(DEVICE_SPECS[gpu])
         for m in (1, 16, 37, 128, 200, 1024, 4096):
             for fused in ((True, True), (False, True), (True, False)):
                 p = self.linear_problem(m, 4096, 4096)
-                configs = heuristics.select_configs(p, dev, *fused, exhaustive=True)
+                configs = planner.select_configs(p, dev, *fused, exhaustive=True)
                 self.assertTrue(configs, (gpu, m, fused))
                 for cfg in configs:
                     size = lambda f: 4 if f else 2  # noqa: E731
@@ -382,27 +395,27 @@ class TestCostModel(TestCase):
 
     def test_uncertain_wins_are_measured(self):
         # decode streams the fp32 weight once: a large predicted win is taken as is
-        decode = heuristics.plan(self.linear_problem(16, 4096, 4096), H200)
+        decode = planner.plan(self.linear_problem(16, 4096, 4096), H200)
         self.assertEqual((decode.path, decode.measure), ("template", False), decode.describe())
         # a smaller predicted win, the weight still streamed once: timed on the device
         for mnk in [(64, 14336, 4096), (256, 4096, 4096)]:
-            plan = heuristics.plan(self.linear_problem(*mnk), H200)
+            plan = planner.plan(self.linear_problem(*mnk), H200)
             self.assertTrue(plan.measure, plan.describe())
             self.assertIsNotNone(plan.config)
         # tiles that re-read the operands: stock, whatever is predicted, nothing timed
         for mnk in [(1024, 1024, 1024), (1576, 4096, 1024)]:
-            plan = heuristics.plan(self.linear_problem(*mnk), H200)
+            plan = planner.plan(self.linear_problem(*mnk), H200)
             self.assertEqual((plan.path, plan.reason, plan.measure),
-                             ("stock", heuristics.REREAD, False), plan.describe())
+                             ("stock", planner.REREAD, False), plan.describe())
         # predicted slower: stock, nothing to time
-        big = heuristics.plan(self.linear_problem(4096, 4096, 4096), H200)
+        big = planner.plan(self.linear_problem(4096, 4096, 4096), H200)
         self.assertEqual((big.path, big.measure), ("stock", False), big.describe())
 
     def test_too_little_shared_memory_keeps_stock(self):
         import dataclasses
 
         tiny = dataclasses.replace(H200, smem_per_block=16 * 1024)
-        plan = heuristics.plan(self.linear_problem(16, 4096, 4096), tiny)
+        plan = planner.plan(self.linear_problem(16, 4096, 4096), tiny)
         self.assertEqual(plan.path, "stock")
         self.assertTrue(plan.reason.startswith("smem"), plan.reason)
 
@@ -410,24 +423,24 @@ class TestCostModel(TestCase):
     def test_model_of_this_device(self):
         # from what the device reports: its peaks, scaled to what a copy and cuBLAS reach
         props = torch.cuda.get_device_properties()
-        dev = heuristics.current_device_model(torch.device(GPU_TYPE))
-        spec = heuristics.device_spec(props)
+        dev = mm_tensorcore.current_device_model(torch.device(GPU_TYPE))
+        spec = planner.device_spec(props)
         self.assertEqual(dev.sm_count, props.multi_processor_count)
-        self.assertAlmostEqual(dev.copy_bw, heuristics.COPY_OF_PEAK * spec.dram_bw)
+        self.assertAlmostEqual(dev.copy_bw, planner.COPY_OF_PEAK * spec.dram_bw)
         self.assertGreater(dev.mm_flops, 0)
 
     def test_models_scale_with_the_device(self):
-        h100 = heuristics.device_model(DEVICE_SPECS["h100"])
+        h100 = planner.device_model(DEVICE_SPECS["h100"])
         self.assertAlmostEqual(H200.copy_bw / h100.copy_bw, 6016 * 3.201 / (5120 * 2.619))
         self.assertEqual(H200.mm_flops, h100.mm_flops)  # same SMs, clock and architecture
-        a100 = heuristics.device_model(DEVICE_SPECS["a100"])
+        a100 = planner.device_model(DEVICE_SPECS["a100"])
         self.assertLess(a100.mm_flops, H200.mm_flops / 3)
 
     def test_pre_ampere_has_no_model(self):
         t4 = dataclasses.replace(DEVICE_SPECS["a100"], cc=75)
-        self.assertIsNone(heuristics.device_model(t4))
+        self.assertIsNone(planner.device_model(t4))
         # a device that reports no memory clock has no roofline either
-        self.assertIsNone(heuristics.device_model(dataclasses.replace(t4, cc=90, dram_bw=0)))
+        self.assertIsNone(planner.device_model(dataclasses.replace(t4, cc=90, dram_bw=0)))
 
 
 @requires_h200
@@ -622,8 +635,8 @@ class TestTensorCoreMMCodegen(TensorCoreMMTestCase):
         for m, n in cases:
             # M=1024 keeps the stock path by default (tiles re-read the operands); its
             # tile is max-autotune's
-            forced = heuristics.forced("template") if m == 1024 else contextlib.nullcontext()
-            with forced:
+            force = "template" if m == 1024 else None
+            with inductor_config.patch(tensorcore_mm_force_path=force):
                 code = self.cuda_code(linear(), *gpu_randn((m, 4096), (n, 4096), (n,)))
             name = template_kernels(code)[0]
             src = kernel_source(code, name)
@@ -717,7 +730,7 @@ class TestTensorCoreMMFallback(TensorCoreMMTestCase):
 
     @requires_cuda_sm80
     def test_internal_error(self):
-        with mock.patch.object(heuristics, "plan", side_effect=RuntimeError("boom")), \
+        with mock.patch.object(planner, "plan", side_effect=RuntimeError("boom")), \
                 self.assertLogs(mm_tensorcore.log, logging.WARNING) as logs:
             code = self.cuda_code(linear(), *gpu_randn((16, 64), (32, 64)), strict=False)
         self.assertEqual(len(logs.records), 1)
@@ -728,7 +741,7 @@ class TestTensorCoreMMFallback(TensorCoreMMTestCase):
 
     @requires_cuda_sm80
     def test_internal_error_raises_when_strict(self):
-        with mock.patch.object(heuristics, "plan", side_effect=RuntimeError("boom")):
+        with mock.patch.object(planner, "plan", side_effect=RuntimeError("boom")):
             with self.assertRaisesRegex(Exception, "boom"):
                 self.cuda_code(linear(), *gpu_randn((16, 64), (32, 64)))
 
@@ -740,7 +753,7 @@ class TestTensorCoreMMFallback(TensorCoreMMTestCase):
         error = RuntimeError("Triton Error [CUDA]: CUDA_ERROR_NO_BINARY_FOR_GPU")
         inputs = gpu_randn((16, 4096), (4096, 4096), (4096,))
         with (inductor_config.patch(tensorcore_mm_precompile=True),
-              mock.patch.object(heuristics, "device_model", return_value=H200),
+              mock.patch.object(planner, "device_model", return_value=H200),
               mock.patch.object(TritonTemplateCaller, "precompile", side_effect=error) as precompile,
               mock.patch.object(mm_tensorcore, "_failed_compiles", set()),
               self.assertLogs(mm_tensorcore.log, logging.WARNING) as logs):
@@ -762,7 +775,7 @@ class TestTensorCoreMMFallback(TensorCoreMMTestCase):
     def test_kernel_failing_to_load_runs_stock(self):
         # the driver refuses every template kernel's binary, the final one's too
         x, w, b = gpu_randn((16, 4096), (4096, 4096), (4096,))
-        with (mock.patch.object(heuristics, "device_model", return_value=H200),
+        with (mock.patch.object(planner, "device_model", return_value=H200),
               no_template_binary() as refused,
               mock.patch.object(mm_tensorcore, "_failed_compiles", set()),
               self.assertLogs(mm_tensorcore.log, logging.WARNING) as logs):
@@ -849,7 +862,7 @@ class TestTensorCoreMMFallback(TensorCoreMMTestCase):
     @requires_cuda_sm80
     def test_config_exceeding_shared_memory(self):
         small = dataclasses.replace(H200, smem_per_block=8 * 1024)
-        with mock.patch.object(heuristics, "current_device_model", return_value=small):
+        with mock.patch.object(mm_tensorcore, "current_device_model", return_value=small):
             code = self.cuda_code(linear(), *gpu_randn((16, 4096), (4096, 4096)))
         self.assertStock(code, "tensorcore_mm_fallback:smem")
         self.assertEqual(len(cast_kernels(code)), 2)
@@ -865,13 +878,13 @@ class TestTensorCoreMMFallback(TensorCoreMMTestCase):
         self.assertIs(TritonTemplate.all_templates["tensorcore_mm"], before)
 
 
-def config_of(src: str) -> heuristics.TileConfig:
+def config_of(src: str) -> planner.TileConfig:
     def get(name):
         return re.search(rf"{name} : tl.constexpr = (\w+)", src).group(1)
 
     stages = int(re.search(r"num_stages=(\d+)", src).group(1))
     warps = int(re.search(r"num_warps=(\d+)", src).group(1))
-    return heuristics.TileConfig(int(get("BLOCK_M")), int(get("BLOCK_N")), int(get("BLOCK_K")),
+    return planner.TileConfig(int(get("BLOCK_M")), int(get("BLOCK_N")), int(get("BLOCK_K")),
                                  int(get("GROUP_M")), warps, stages, get("SWAP_AB") == "True",
                                  int(get("SPLIT_K")))
 
@@ -1121,14 +1134,14 @@ class TestTensorCoreMMFreezing(TensorCoreMMTestCase):
         self.assertRegex("\n".join(code), r"torch\.bfloat16 \(4096, 28672\)")  # w1|w3, one constant
 
     def test_plans_for_a_frozen_weight(self):
-        op = heuristics.Operand
+        op = planner.Operand
 
         def problem(m, n, k, x_fp32=True):
-            return heuristics.Problem("addmm" if x_fp32 else "mm", 1, m, n, k, op(m * k, x_fp32),
+            return planner.Problem("addmm" if x_fp32 else "mm", 1, m, n, k, op(m * k, x_fp32),
                                       op(n * k, False), op(n, False) if x_fp32 else None,
                                       weight16=True)
 
-        paths = {mnk: heuristics.plan(problem(*mnk), H200).path for mnk in [
+        paths = {mnk: planner.plan(problem(*mnk), H200).path for mnk in [
             (1, 4096, 4096), (16, 4096, 4096), (16, 14336, 4096), (1, 4096, 14336),
             (1, 14336, 4096), (64, 14336, 4096), (256, 14336, 4096), (16, 4096, 14336)]}
         self.assertEqual(paths, {
@@ -1137,14 +1150,14 @@ class TestTensorCoreMMFreezing(TensorCoreMMTestCase):
             (1, 4096, 14336): "gemv", (1, 14336, 4096): "gemv",
             # beyond decode, and where one tile an SM streams no faster than cuBLAS: stock
             (64, 14336, 4096): "stock", (256, 14336, 4096): "stock", (16, 4096, 14336): "stock"})
-        plan = heuristics.plan(problem(16, 14336, 4096), H200)
+        plan = planner.plan(problem(16, 14336, 4096), H200)
         self.assertFalse(plan.fused_b)  # the weight is read as stored, 2 bytes an element
         self.assertTrue(plan.fused_a)
         # batched, or a device without the cuBLAS rate measured: as before (no 16-bit path)
         batched = dataclasses.replace(problem(16, 14336, 4096, x_fp32=False), op="bmm", batch=2)
-        self.assertEqual(heuristics.plan(batched, H200).path, "stock")
+        self.assertEqual(planner.plan(batched, H200).path, "stock")
         unknown = dataclasses.replace(H200, stream_cublas16=0.0)
-        self.assertEqual(heuristics.plan(problem(16, 14336, 4096, x_fp32=False), unknown).path,
+        self.assertEqual(planner.plan(problem(16, 14336, 4096, x_fp32=False), unknown).path,
                          "stock")
 
     @requires_cuda_sm80

@@ -92,7 +92,7 @@ MATMUL_OPS: dict[Any, str] = {
 _BIAS_FIRST = ("addmm", "baddbmm")  # aten order (input, mat1, mat2)
 
 # Ops between a cast and the matmul that move data but keep dtype and values.
-_VIEW_OPS = frozenset({
+VIEW_OPS = frozenset({
     aten.view.default,
     aten._unsafe_view.default,
     aten.reshape.default,
@@ -112,7 +112,7 @@ _AUTOCAST_DEVICES = ("cuda", "cpu", "xpu", "mps", "hpu", "mtia")
 _CALL_OPS = ("call_function", "call_method", "call_module")
 
 
-def _strict() -> bool:
+def strict_fallbacks() -> bool:
     """Tests set TORCHINDUCTOR_STRICT_FALLBACKS=1 to see internal errors, not a fallback."""
     return os.environ.get("TORCHINDUCTOR_STRICT_FALLBACKS", "") == "1"
 
@@ -131,7 +131,7 @@ def _fallback(reason: str, detail: Any = "") -> None:
     else:
         log.warning("matmul_meta: %s %s: stock behaviour kept after an internal error: %s: %s",
                     reason, detail, type(error).__name__, error)
-    if _strict():
+    if strict_fallbacks():
         raise
 
 
@@ -184,7 +184,7 @@ _DTYPES_BY_NAME = {
 }
 
 
-def _tensor_val(node: Any) -> Optional[torch.Tensor]:
+def tensor_val(node: Any) -> Optional[torch.Tensor]:
     if not isinstance(node, torch.fx.Node):
         return None
     val = node.meta.get("val")
@@ -211,7 +211,7 @@ def _cast_input(node: Any) -> Optional[torch.fx.Node]:
     else:
         return None
     src = node.args[0]
-    out, inp = _tensor_val(node), _tensor_val(src)
+    out, inp = tensor_val(node), tensor_val(src)
     if out is None or inp is None or inp.dtype == out.dtype or inp.device != out.device:
         return None
     return src
@@ -237,11 +237,11 @@ def _before_casts(node: Any) -> tuple[torch.dtype, bool]:
         if src is not None:
             node, cast = src, True
         elif (isinstance(node, torch.fx.Node) and node.op == "call_function"
-              and node.target in _VIEW_OPS and isinstance(node.args[0], torch.fx.Node)):
+              and node.target in VIEW_OPS and isinstance(node.args[0], torch.fx.Node)):
             node = node.args[0]
         else:
             break
-    val = _tensor_val(node)
+    val = tensor_val(node)
     if val is None:
         raise _Unsupported(f"no tensor metadata on {node}")
     return val.dtype, cast
@@ -276,8 +276,8 @@ def compute_matmul_meta(node: torch.fx.Node) -> MatmulMeta:
     """The MatmulMeta of a post-grad aten matmul node (raises on what it cannot read)."""
     op = MATMUL_OPS[node.target]
     operands = _operands(node)
-    vals = [_tensor_val(x) for x in operands]
-    out = _tensor_val(node)
+    vals = [tensor_val(x) for x in operands]
+    out = tensor_val(node)
     if out is None or any(v is None for v in vals):
         raise _Unsupported(f"{node}: operands without tensor metadata")
     compute = tuple(v.dtype for v in vals)

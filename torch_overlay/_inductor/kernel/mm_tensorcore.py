@@ -9,8 +9,10 @@ autocast dtype in registers, runs ``tl.dot`` with fp32 accumulation and rounds t
 (after the bias, as cuBLAS does) before any epilogue reads it: eager autocast's numerics.
 One row (M = 1) lowers to a reduction over K instead (``_lower_gemv``).
 
-The cost model and configs are template_heuristics/tensorcore_mm.py. A matmul it does not
-pay for, any input it does not handle and a kernel that fails to compile or load
+The plan (path, operands cast in the kernel, tile configs) comes from
+kernel/mm_tensorcore_plan.py and reaches the template's heuristic
+(template_heuristics/tensorcore_mm.py) with the kernel inputs. A matmul it does not pay
+for, any input it does not handle and a kernel that fails to compile or load
 (``config.tensorcore_mm_precompile``) return None: the stock lowering runs,
 counted in ``counters["inductor"]["tensorcore_mm_fallback:<reason>"]`` (or ``..._stock:``
 where stock is the better choice). Under max-autotune the template's configs are
@@ -18,6 +20,7 @@ autotuned against the stock path as a subgraph of the same fp32 inputs.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import pathlib
@@ -46,6 +49,8 @@ except ImportError as e:  # pragma: no cover - a torch without these private API
     ) from e
 
 from ..fx_passes import matmul_meta
+from ..fx_passes.matmul_meta import strict_fallbacks, tensor_val as _val, VIEW_OPS
+from . import mm_tensorcore_plan as planner
 
 log = logging.getLogger(__name__)
 
@@ -124,12 +129,6 @@ def tensorcore_epilogue(out_dtype: torch.dtype, alpha: Any, beta: Any,
 
 # --------------------------------------------------------------------------- lowering
 
-# shape ops that commute with a dtype cast: view(cast(x)) == cast(view(x))
-_VIEW_OPS = {
-    aten.permute.default, aten.t.default, aten.transpose.int, aten.view.default,
-    aten._unsafe_view.default, aten.reshape.default, aten.expand.default,
-    aten.unsqueeze.default, aten.squeeze.dim, aten.alias.default,
-}
 # aten op -> (op name, index of the bias or None, indices of mat1 and mat2)
 _OPS: dict[Any, tuple[str, Optional[int], int, int]] = {
     aten.mm.default: ("mm", None, 0, 1),
@@ -149,13 +148,39 @@ class _Decline(Exception):
         self.fallback = fallback
 
 
+class TensorCoreMMKernelInputs(MMKernelInputs):
+    """The template's inputs with the plan that chose them and the configs to try."""
+
+    def __init__(self, input_nodes: list[Any], plan: planner.Plan,
+                 configs: list[planner.TileConfig], **kwargs: Any) -> None:
+        super().__init__(input_nodes, **kwargs)
+        self.plan = plan
+        self.configs = configs
+
+
+def current_device_model(device: torch.device) -> Optional[planner.DeviceModel]:
+    """The cost model's view of ``device`` from its properties; None off CUDA."""
+    if device.type != "cuda":
+        return None
+    spec = planner.device_spec(torch.cuda.get_device_properties(device))
+    if spec.dram_bw <= 0:  # a torch that does not report the memory clock: ask Triton
+        from torch._inductor.utils import get_gpu_dram_gbps
+
+        spec = dataclasses.replace(spec, dram_bw=get_gpu_dram_gbps() * 1e9)
+    return planner.device_model(spec)
+
+
+def _force() -> planner.Force:
+    """What ``config.tensorcore_mm_force_*`` force (tests, measurements)."""
+    config = inductor_config.tensorcore_mm_force_config
+    return planner.Force(
+        path=inductor_config.tensorcore_mm_force_path,
+        fused=inductor_config.tensorcore_mm_force_fused,
+        config=planner.TileConfig(**config) if config is not None else None)
+
+
 def _count(key: str) -> None:
     counters[COUNTER][key] += 1
-
-
-def _val(node: Any) -> Optional[torch.Tensor]:
-    v = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
-    return v if isinstance(v, torch.Tensor) else None
 
 
 class _Source:
@@ -193,7 +218,7 @@ def _lowered(node: torch.fx.Node, depth: int = 0) -> Any:
         return env[node]
     if node.op == "placeholder":
         return V.graph.graph_inputs.get(node.target)
-    if (depth < 8 and node.op == "call_function" and node.target in _VIEW_OPS
+    if (depth < 8 and node.op == "call_function" and node.target in VIEW_OPS
             and isinstance(node.args[0], torch.fx.Node)):
         inner = _lowered(node.args[0], depth + 1)
         if inner is not None:
@@ -212,7 +237,7 @@ def _source(node: torch.fx.Node, i: int, dtype: torch.dtype, meta_mod: Any) -> O
     views: list[torch.fx.Node] = []
     parent, index = node, i
     while (isinstance(arg, torch.fx.Node) and arg.op == "call_function"
-           and arg.target in _VIEW_OPS and isinstance(arg.args[0], torch.fx.Node)):
+           and arg.target in VIEW_OPS and isinstance(arg.args[0], torch.fx.Node)):
         views.append(arg)
         parent, index = arg, 0
         arg = arg.args[0]
@@ -255,7 +280,7 @@ def _under_views(arg: Any) -> Any:
     """``arg`` with the shape ops in front of it looked through (at most 8)."""
     for _ in range(8):
         if not (isinstance(arg, torch.fx.Node) and arg.op == "call_function"
-                and arg.target in _VIEW_OPS and isinstance(arg.args[0], torch.fx.Node)):
+                and arg.target in VIEW_OPS and isinstance(arg.args[0], torch.fx.Node)):
             break
         arg = arg.args[0]
     return arg
@@ -278,8 +303,6 @@ def _constant(node: torch.fx.Node, i: int, given: Any, dtype: torch.dtype) -> bo
 
 def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
     """Lower with the template, or raise _Decline."""
-    from ..template_heuristics import tensorcore_mm as heuristics
-
     op, bias_i, a_i, b_i = _OPS[target]
     node = V.graph.current_node
     if node is None or node.target is not target:
@@ -326,7 +349,7 @@ def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
         raise _Decline("dtype:mixed")
     if not meta.allow_tensor_core:
         raise _Decline("tensor_core_disallowed")
-    dev = heuristics.current_device_model(mat1.get_device())
+    dev = current_device_model(mat1.get_device())
     if dev is None:
         raise _Decline("device")
 
@@ -347,22 +370,23 @@ def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
     hint = functools.partial(sizevars.optimization_hint)
     batch = int(hint(batch_dims[0])) if batch_dims else 1
     mh, nh, kh = int(hint(m)), int(hint(n)), int(hint(k))
-    problem = heuristics.Problem(
+    problem = planner.Problem(
         op, batch, mh, nh, kh,
-        heuristics.Operand(batch * mh * kh, a32 is not None, a_shared),
-        heuristics.Operand(batch * kh * nh, b32 is not None, b_shared),
-        None if bias_i is None else heuristics.Operand(
+        planner.Operand(batch * mh * kh, a32 is not None, a_shared),
+        planner.Operand(batch * kh * nh, b32 is not None, b_shared),
+        None if bias_i is None else planner.Operand(
             int(hint(ir.sympy_product(args[bias_i].get_size()))), bias32 is not None, bias_shared),
         epilogue,
         weight16=weight16,
     )
+    force = _force()
     dynamic_m = not isinstance(m, int) and not getattr(m, "is_number", False)
     if dynamic_m:
-        the_plan = heuristics.plan_dynamic_m(problem, dev, _m_max(m))
+        the_plan = planner.plan_dynamic_m(problem, dev, _m_max(m), force=force)
     else:
         # a frozen weight's gemv was measured as it is laid out
         gemv_ok = weight16 or _k_contiguous(_val(node.args[b_i]))
-        the_plan = heuristics.plan(problem, dev, allow_gemv=gemv_ok)
+        the_plan = planner.plan(problem, dev, allow_gemv=gemv_ok, force=force)
     plan_log.debug("%s %s: %s", node, (batch, mh, nh, kh), the_plan.describe())
     if the_plan.path == "gemv":
         # read the fp32 sources unless their casts run anyway
@@ -384,7 +408,7 @@ def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
     # timing needs a live device: a compile from fake tensors alone goes by the prediction
     measure = (the_plan.measure and not dynamic_m and not autotune
                and inductor_config.tensorcore_mm_measure and torch.cuda.is_initialized())
-    reread = the_plan.reason == heuristics.REREAD
+    reread = the_plan.reason == planner.REREAD
     if the_plan.path != "template" and not measure and not (autotune and reread):
         if reread:
             raise _Decline("reread", fallback=False)
@@ -407,13 +431,12 @@ def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
         bias = bias32 if (the_plan.fused_bias and bias32 is not None) else bias16
         inputs.insert(0, realize_inputs(expand(bias, size)))
         scalars = {"alpha": kwargs.get("alpha", 1), "beta": kwargs.get("beta", 1)}
-    kernel_inputs = MMKernelInputs(inputs, scalars=scalars, out_dtype=dtype)
+    configs = planner.template_configs(the_plan, problem, dev, autotune, force)
+    kernel_inputs = TensorCoreMMKernelInputs(inputs, the_plan, configs, scalars=scalars,
+                                             out_dtype=dtype)
     template = tensorcore_bmm_template if batch_dims else tensorcore_mm_template
     name = f"tensorcore_{op}"
-    # a symbolic M's config is the range's (plan_dynamic_m), not the size hint's; a
-    # frozen weight's is the decode tile, which the template's inputs do not tell apart
-    with heuristics.pinned(the_plan.config if dynamic_m or weight16 else None):
-        choices = V.choices.get_template_configs(kernel_inputs, [template], name)
+    choices = V.choices.get_template_configs(kernel_inputs, [template], name)
     if not choices:
         raise _Decline("no_config")
     shape = (batch, mh, nh, kh)
@@ -429,7 +452,7 @@ def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
         except Exception as e:
             _compile_failed(op, shape, e)
         # the casts' bytes only: a model that keeps the device busy hides their launches
-        saved = sum(heuristics.cast_seconds(o, dev) - dev.kernel_overhead for o, fused in (
+        saved = sum(planner.cast_seconds(o, dev) - dev.kernel_overhead for o, fused in (
             (problem.a, the_plan.fused_a), (problem.b, the_plan.fused_b),
             (problem.bias, the_plan.fused_bias)) if fused and o is not None and o.castable)
         faster = t_template < (t_gemm + saved) * (1.0 - MEASURED_MARGIN)
@@ -480,9 +503,8 @@ def _compile_failed(op: str, shape: tuple[int, ...], e: Exception) -> None:
 
 
 _failed_compiles: set[str] = set()
-# A measured template must beat the stock path by this much: timed alone it runs a
-# little faster than in a model (BERT/ViT-large layers at 8x128 tokens: measured
-# 5-10% faster, the models 0.83-0.85x stock in kernel time).
+# A measured template must beat the stock path by this much: timed alone, a template
+# kernel runs faster than among a model's other kernels.
 MEASURED_MARGIN = 0.15
 
 
@@ -608,8 +630,6 @@ def _gelu_add_epilogue(node: torch.fx.Node) -> Optional[Any]:
         from ..fx_passes.gelu_add import GELU_ADD_META
     except ImportError:  # upstream: gelu_add's patch comes after this one
         return None
-    from ..template_heuristics.tensorcore_mm import Epilogue
-
     if len(node.users) != 1:
         return None
     (user,) = node.users
@@ -624,7 +644,7 @@ def _gelu_add_epilogue(node: torch.fx.Node) -> Optional[Any]:
             numel = V.graph.sizevars.optimization_hint(numel.node.expr)
         return int(numel) * t.element_size()
 
-    return Epilogue(read_bytes=nbytes(residual), write_bytes=nbytes(result))
+    return planner.Epilogue(read_bytes=nbytes(residual), write_bytes=nbytes(result))
 
 
 # M up to which a plan for a symbolic M must hold up when M has no smaller bound
@@ -691,19 +711,10 @@ def tuned_tensorcore_mm(target: Any, *args: Any, **kwargs: Any) -> Optional[Any]
         log.debug("tensorcore_mm: %s: stock lowering (%s)", target, d.reason)
     except Exception as e:  # never a failed compile: stock handles it
         _count("tensorcore_mm_fallback:internal_error")
-        if _strict():
+        if strict_fallbacks():
             raise
         log.warning("tensorcore_mm: %s: stock lowering after an internal error: %s: %s",
                     target, type(e).__name__, e, exc_info=log.isEnabledFor(logging.DEBUG))
     return None
 
 
-def _strict() -> bool:
-    """Tests set this to see internal errors instead of a silent fallback."""
-    import os
-
-    return os.environ.get("TORCHINDUCTOR_STRICT_FALLBACKS", "") == "1"
-
-
-# registers the config heuristic of the templates (it imports the templates above)
-from ..template_heuristics import tensorcore_mm as _heuristics  # noqa: E402,F401

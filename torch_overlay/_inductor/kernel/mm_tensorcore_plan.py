@@ -1,0 +1,723 @@
+"""The plan of a ``tensorcore_mm`` matmul: tile configs and the per-operand cost model.
+
+Under autocast a matmul of fp32 tensors runs as ``cast(x) -> bf16``, ``cast(w) ->
+bf16`` and a 16-bit GEMM. The template can instead load an fp32 operand and cast it
+in registers. Whether that pays is decided per operand, per shape and per device
+(``plan``); the tile configs come from ``select_configs``.
+
+Cost model. Times in seconds. BW is the device's copy bandwidth (bytes read +
+written per second), BW_L2 the rate at which SMs read from L2, P cuBLAS's 16-bit
+dense rate, L the fixed cost of one kernel in a compiled
+graph (launch gap, ramp-up, tail). For B batches of (M, K) @ (K, N) -> (M, N) with
+F = 2·B·M·N·K FLOPs, S the set of operands cast in the kernel (read as 4 bytes, the
+others as 2), and the tile config's grid_m = ceil(M/BLOCK_M), grid_n = ceil(N/BLOCK_N):
+
+    cast(op)     = numel(op)·(4 + 2)/BW + L          a separate fp32 -> 16-bit kernel
+    stock        = Σ_{fp32 op} cast(op) + max(F/P, bytes16/BW) + L
+    template(S)  = Σ_{fp32 op ∉ S} cast(op) + max(F/(P·eff(S)), dram/(BW·stream·util),
+                                                   l2/BW_L2) + L
+    dram         = Σ_op numel(op)·size(op) + out + bias bytes      (each operand once)
+    l2           = numel(A)·size(A)·grid_n·r(A) + numel(B)·size(B)·grid_m·r(B) + out bytes
+    r(op)        = reread_cast if op ∈ S else 1     (each re-read is cast again: registers,
+                                                   and shared memory unless wgmma reads it there)
+    util         = min(1, B·grid_m·grid_n / (0.75·SMs))            (idle SMs stream less)
+
+("fp32 op": an operand with an fp32 tensor behind its cast, where that cast has no
+other user; a shared cast runs whatever we do, and the template reads its output.)
+
+Fusing an operand's cast saves its cast kernel (a 4-byte read, a 2-byte write and
+a launch) and costs 2 extra bytes each of the ``grid_n`` (A) or ``grid_m`` (B) times
+the tiles re-read it from L2: it pays for an operand re-read few times, such as the
+weight when M fits in one or two row tiles. When the shape is compute-bound the
+in-kernel cast slows the main loop instead (``eff``: a cast operand passes through
+registers, and a 16-bit copy of it back through shared memory unless it is wgmma's
+register operand, A, or B when SWAP_AB), and the separate casts plus cuBLAS win.
+``plan`` takes the fastest prediction and keeps the stock path unless the template
+is predicted at least ``margin`` faster.
+
+One row (M = 1, not batched): the template would run its MMAs 1/16 full and, one
+row tile an SM, streamed the weight at 2.3 TB/s; ``gemv`` lowers it instead to an
+Inductor reduction over K that reads every operand once (fp32 where that drops a
+cast), rounds in registers and sums in fp32: ``bytes/(BW·stream_gemv) + L``.
+
+A matmul whose only reader is a gelu-add (overlay ``gelu_add``) carries an
+``Epilogue``: stock pays a pointwise kernel that reads the matmul's output back; the
+template writes the epilogue's output instead, after its main loop (not hidden at
+one block an SM), and may then pay with no operand cast in the kernel (16-bit
+operands: ``template[16-bit]``).
+
+A frozen 16-bit weight (``Problem.weight16``: Inductor's freezing folds autocast's cast
+of an fp32 parameter into a bf16 constant before this lowering runs) has no cast to fuse,
+but cuBLAS streams it at decode well below the copy rate. At M <= 16 (``decode16``) the
+stock path is ``max(F/P, bytes16/(BW·stream_cublas16))``, and the gemv reduction (M = 1)
+and the thin-tile template read the weight as stored (``stream_gemv16``, ``stream16``).
+One row takes the gemv where it is predicted no slower than cuBLAS (one kernel in place
+of x's cast and cuBLAS), else stock; never the 16-row template.
+
+Ceilings. ``device_model`` takes a GPU's peaks from what it reports (memory clock x bus
+width, SM clock x the architecture's tensor-core rate), scaled to what a device copy
+and cuBLAS reach of them; the rates of the terms above are fractions of those, the same
+for every GPU.
+
+Where the model is not sure of a win and the weight is streamed once (``Plan.measure``:
+a predicted win under ``certain``, or a compute-bound main loop), the lowering times the
+template's kernel against the 16-bit GEMM on the device once, and adds the predicted
+casts the template saves.
+
+This module decides and nothing else: no Inductor imports. The lowering
+(kernel/mm_tensorcore.py) builds the ``Problem`` from the graph, takes the ``Plan`` and
+hands its configs to the template's heuristic with the kernel inputs.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Callable, Optional
+
+FP32, HALF = 4, 2
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceSpec:
+    """What a GPU reports of itself: enough to place a matmul on its roofline."""
+
+    cc: int  # compute capability, e.g. 90
+    sm_count: int
+    smem_per_block: int  # bytes a block may opt into
+    sm_clock: float  # Hz, the SMs' maximum clock
+    dram_bw: float  # bytes/s, peak: memory clock x bus width (as get_gpu_dram_gbps)
+
+
+# Dense 16-bit tensor-core FLOPs per SM per clock, by compute capability: an
+# architecture's property (sm_80: 312 TFLOP/s on 108 SMs at 1.41 GHz).
+TENSOR_FLOPS_PER_SM_CLOCK = {80: 2048, 86: 1024, 87: 1024, 89: 1024, 90: 4096, 100: 8192}
+MIN_CC = 80  # bf16 tensor cores; older parts keep the stock path
+# What a device achieves of its peaks: a device copy of the DRAM peak, cuBLAS's 16-bit
+# dense rate on a large GEMM of the tensor-core peak.
+COPY_OF_PEAK = 0.877
+MM_OF_PEAK = 0.635
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceModel:
+    """What the cost model and the configs need to know of a GPU.
+
+    The ceilings come from the device's own peaks (``device_model``); the rates below
+    are fractions of them and of the cost model's terms, the same for every GPU.
+    """
+
+    cc: int
+    sm_count: int
+    smem_per_block: int
+    copy_bw: float  # bytes/s, read + written, a device copy
+    mm_flops: float  # FLOP/s, cuBLAS 16-bit dense on a large GEMM
+    l2_bw: float = 0.0  # bytes/s SMs read from L2; 0: 2.5·copy_bw
+    kernel_overhead: float = 3.5e-6  # s per kernel in a compiled graph
+    stream: float = 0.65  # fraction of copy_bw the template streams fp32 tiles at
+    eff_16bit: float = 0.66  # template compute rate / cuBLAS, both operands 16-bit
+    eff_cast_reg: float = 0.87  # one operand cast in registers (wgmma's register operand)
+    eff_cast_smem: float = 0.40  # a cast operand that must go back through shared memory
+    margin: float = 0.10  # the template must be predicted this much faster than stock
+    margin_compute: float = 0.25  # ... where it is compute-bound (eff is least certain)
+    margin_epilogue: float = 0.10  # ... where the template is chosen to fuse an Epilogue
+    # Predicted at least this much faster and bandwidth-bound, the template is chosen
+    # as predicted; a smaller predicted win is measured on the device where the lowering
+    # may (``Plan.measure``).
+    certain: float = 1.5
+    reread_cast: float = 1.5  # L2 bytes of an operand cast in the kernel count this many times
+    stream_gemv: float = 0.85  # fraction of copy_bw the M = 1 reduction kernel streams at
+    # A 16-bit weight stored as such (a frozen constant, ``Problem.weight16``) at decode
+    # (M <= DECODE16_M_MAX): the rates at which cuBLAS, the thin-tile template (with at
+    # least 1.5 tiles an SM; ``stream16_one_wave`` with fewer) and the gemv reduction
+    # stream it, as fractions of copy_bw. 0 for cuBLAS leaves the 16-bit decode path off.
+    stream_cublas16: float = 0.66
+    stream_cublas16_small: float = 0.50  # ... a weight under SMALL_WEIGHT16 bytes; 0: as above
+    stream16: float = 0.72
+    stream16_one_wave: float = 0.55
+    stream_gemv16: float = 0.65
+    stream_gemv16_long: float = 0.85  # ... rows of at least GEMV_LONG_K elements
+
+    @property
+    def l2_rate(self) -> float:
+        return self.l2_bw or 2.5 * self.copy_bw
+
+
+def device_spec(props: Any) -> DeviceSpec:
+    """The spec of ``torch.cuda.get_device_properties`` (clocks in kHz, bus in bits)."""
+    khz = 1e3
+    return DeviceSpec(
+        cc=props.major * 10 + props.minor, sm_count=props.multi_processor_count,
+        smem_per_block=getattr(props, "shared_memory_per_block_optin", 0) or 48 * 1024,
+        sm_clock=getattr(props, "clock_rate", 0) * khz,
+        dram_bw=getattr(props, "memory_clock_rate", 0) * khz * 2 * getattr(props, "memory_bus_width", 0) / 8)
+
+
+def device_model(spec: DeviceSpec) -> Optional[DeviceModel]:
+    """The model of a device from what it reports, or None (no bf16 tensor cores, or
+    no peak reported)."""
+    if spec.cc < MIN_CC or spec.dram_bw <= 0 or spec.sm_clock <= 0:
+        return None
+    rate = TENSOR_FLOPS_PER_SM_CLOCK.get(
+        spec.cc, TENSOR_FLOPS_PER_SM_CLOCK[max(c for c in TENSOR_FLOPS_PER_SM_CLOCK if c <= spec.cc)])
+    return DeviceModel(cc=spec.cc, sm_count=spec.sm_count, smem_per_block=spec.smem_per_block,
+                       copy_bw=COPY_OF_PEAK * spec.dram_bw,
+                       mm_flops=MM_OF_PEAK * rate * spec.sm_count * spec.sm_clock)
+
+
+@dataclasses.dataclass(frozen=True)
+class Operand:
+    """One matmul input as the cost model sees it."""
+
+    numel: int
+    fp32_source: bool  # an fp32 tensor is cast to the compute dtype in front of the matmul
+    cast_shared: bool = False  # that cast has other users: it runs whatever we do
+
+    @property
+    def castable(self) -> bool:
+        """The template may read the fp32 source and drop the cast kernel."""
+        return self.fp32_source and not self.cast_shared
+
+
+@dataclasses.dataclass(frozen=True)
+class Epilogue:
+    """A pointwise consumer of the matmul that the template would fuse (gelu(mm) + r).
+
+    Stock runs it as a kernel of its own that reads the matmul's 16-bit output back.
+    """
+
+    read_bytes: int  # its other inputs (the residual), each read once
+    write_bytes: int  # its output
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    op: str  # mm | addmm | bmm | baddbmm
+    batch: int
+    m: int
+    n: int
+    k: int
+    a: Operand
+    b: Operand
+    bias: Optional[Operand] = None
+    epilogue: Optional[Epilogue] = None
+    # b is a 16-bit weight stored as such (a constant Inductor's freezing folded its
+    # autocast cast into): the decode kernels may stream it in place of cuBLAS
+    weight16: bool = False
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.batch * self.m * self.n * self.k
+
+    @property
+    def operands(self) -> list[Operand]:
+        """The inputs the matmul reads: a, b and the bias if any."""
+        return [self.a, self.b] + ([self.bias] if self.bias is not None else [])
+
+
+@dataclasses.dataclass(frozen=True)
+class TileConfig:
+    BLOCK_M: int
+    BLOCK_N: int
+    BLOCK_K: int
+    GROUP_M: int
+    num_warps: int
+    num_stages: int
+    SWAP_AB: bool = False
+    SPLIT_K: int = 1
+
+    def smem_bytes(self, a_size: int, b_size: int) -> int:
+        """Shared memory Triton 3.6 allocates for this config, rounded up.
+
+        num_stages - 1 tiles of each operand in flight, plus 16-bit copies of cast
+        operands that wgmma reads from shared memory, plus 16 KB of headroom; the
+        epilogue's layout change reuses the same memory. Checked against Triton's
+        sm_90 compiles in test/test_tensorcore_mm.py.
+        """
+        stage = self.BLOCK_M * self.BLOCK_K * a_size + self.BLOCK_K * self.BLOCK_N * b_size
+        recast = 2 * self.BLOCK_K * max(self.BLOCK_M, self.BLOCK_N) * HALF
+        return max((self.num_stages - 1) * stage + recast + 16 * 1024,
+                   self.BLOCK_M * self.BLOCK_N * FP32)
+
+    def kwargs(self) -> dict[str, Any]:
+        return dict(BLOCK_M=self.BLOCK_M, BLOCK_N=self.BLOCK_N, BLOCK_K=self.BLOCK_K,
+                    GROUP_M=self.GROUP_M, SWAP_AB=self.SWAP_AB, SPLIT_K=self.SPLIT_K,
+                    num_warps=self.num_warps, num_stages=self.num_stages)
+
+    def workspace_bytes(self, m: Any, n: Any, ceildiv: Callable[[Any, int], Any] = None) -> Any:
+        """Split-K's workspace: fp32 partials of every tile, then a semaphore per tile
+        (``ceildiv`` of symbolic sizes: the caller's)."""
+        if self.SPLIT_K == 1:
+            return 0
+        ceildiv = ceildiv or _ceildiv
+        grid_m, grid_n = ceildiv(m, self.BLOCK_M), ceildiv(n, self.BLOCK_N)
+        partials = self.SPLIT_K * grid_m * self.BLOCK_M * grid_n * self.BLOCK_N
+        return (partials + grid_m * grid_n) * FP32
+
+    def __str__(self) -> str:
+        swap = " swap" if self.SWAP_AB else ""
+        split = f" split{self.SPLIT_K}" if self.SPLIT_K > 1 else ""
+        return (f"{self.BLOCK_M}x{self.BLOCK_N}x{self.BLOCK_K} g{self.GROUP_M} "
+                f"w{self.num_warps} s{self.num_stages}{swap}{split}")
+
+
+def _ceildiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _pow2_at_least(x: int, lo: int, hi: int) -> int:
+    return max(lo, min(hi, 1 << max(0, math.ceil(math.log2(max(1, x))))))
+
+
+def _tiles(p: Problem, c: TileConfig) -> int:
+    return p.batch * math.ceil(p.m / c.BLOCK_M) * math.ceil(p.n / c.BLOCK_N)
+
+
+def _fits(c: TileConfig, a_size: int, b_size: int, dev: DeviceModel) -> bool:
+    return c.smem_bytes(a_size, b_size) <= dev.smem_per_block
+
+
+def _with_stages(c: TileConfig, a_size: int, b_size: int, dev: DeviceModel,
+                 most: int, least: int = 2) -> Optional[TileConfig]:
+    """``c`` with the deepest pipeline in [least, most] that fits shared memory."""
+    for stages in range(most, least - 1, -1):
+        cand = dataclasses.replace(c, num_stages=stages)
+        if _fits(cand, a_size, b_size, dev):
+            return cand
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Force:
+    """What tests and measurements force (``config.tensorcore_mm_force_*``): the path
+    ("stock", "template" or "gemv"), the operands (a, b) cast in the kernel, the tile
+    config. None leaves it to the cost model."""
+
+    path: Optional[str] = None
+    fused: Optional[tuple[bool, bool]] = None
+    config: Optional[TileConfig] = None
+
+
+NO_FORCE = Force()
+
+
+def select_configs(p: Problem, dev: DeviceModel, fused_a: bool, fused_b: bool,
+                   exhaustive: bool = False, force: Force = NO_FORCE) -> list[TileConfig]:
+    """Tile configs for ``p``, best first; empty when none fits shared memory.
+
+    Up to 256 rows the problem streams the weight (bandwidth-bound): one or two row
+    tiles, and BLOCK_N as wide as possible while every SM still gets a tile, with
+    deep pipelines. Beyond, it is compute-bound: 128-wide tiles and 8 warps, and
+    when only B is cast in the kernel SWAP_AB makes B wgmma's register operand,
+    with 256-row tiles from M = 1024 where three stages of them fit shared memory
+    (256x128x64 w8 s3 swap: 208 KB; else 128x128x64 s4 swap, which max-autotune
+    adds after it).
+    ``exhaustive`` (max-autotune) adds neighbouring configs.
+    """
+    a_size = FP32 if fused_a else HALF
+    b_size = FP32 if fused_b else HALF
+    if force.config is not None:
+        return [force.config] if _fits(force.config, a_size, b_size, dev) else []
+    m = max(1, p.m)
+    if decode16(p, dev) and not fused_b:
+        # a frozen 16-bit weight at decode: its own tiles (``_decode16_config``); the
+        # thin-tile design below is max-autotune's alternative
+        base = _decode16_config(p, dev)
+        variants = [base]
+        if exhaustive:
+            variants.append(TileConfig(16, 64, 128, GROUP_M=8, num_warps=4, num_stages=6))
+        most = base.num_stages
+    elif m <= 256:
+        # an fp32 weight: one row tile up to 128 rows, so it is streamed once
+        block_m = _pow2_at_least(m, 16, 128 if b_size == FP32 else 64) if m <= 128 else 128
+        grid_m = math.ceil(m / block_m)
+        # an fp32 weight streamed by thin row tiles: at most 32 columns a tile, more tiles
+        widest = 32 if b_size == FP32 and block_m <= 32 else 128
+        widths = [w for w in (128, 64, 32, 16)
+                  if w <= min(widest, max(16, _pow2_at_least(p.n, 16, 128)))]
+        block_n = widths[-1]
+        for w in widths:  # the widest tile that still gives every SM one
+            if p.batch * grid_m * math.ceil(p.n / w) >= 0.9 * dev.sm_count:
+                block_n = w
+                break
+        # 512-byte fp32 rows per load while tiles are thin; deeper pipelines after
+        thin = block_m <= 32 or (b_size == FP32 and block_n <= 32)
+        block_k = 128 if max(a_size, b_size) == FP32 and thin else 64
+        block_k = min(block_k, _pow2_at_least(p.k, 16, 128))
+        # 4 warps up to 128x64 tiles
+        warps = 8 if block_m * block_n > 128 * 64 else 4
+        split = _split_k(p, dev, block_m, block_n, block_k)
+        # thin tiles streaming an fp32 weight, several tiles an SM: 3 stages let them
+        # share it; one tile an SM needs the deep pipeline
+        tiles = p.batch * grid_m * math.ceil(p.n / block_n) * split
+        shared_sm = b_size == FP32 and block_m <= 32 and tiles >= 2 * dev.sm_count
+        stages = 3 if shared_sm else 6
+        base = TileConfig(block_m, block_n, block_k, GROUP_M=8, num_warps=warps,
+                          num_stages=stages, SPLIT_K=split)
+        variants = [base]
+        if exhaustive:
+            variants += [
+                dataclasses.replace(base, BLOCK_N=max(16, block_n // 2)),
+                dataclasses.replace(base, BLOCK_N=min(128, block_n * 2)),
+                dataclasses.replace(base, BLOCK_K=max(32, block_k // 2)),
+                dataclasses.replace(base, SWAP_AB=True, SPLIT_K=1, BLOCK_N=max(64, block_n)),
+            ]
+            if p.batch == 1:
+                variants.append(dataclasses.replace(base, SPLIT_K=1 if base.SPLIT_K > 1 else 2))
+            variants += [
+                dataclasses.replace(base, num_warps=12 - warps),
+            ]
+        most = stages
+    else:
+        swap = fused_b and not fused_a
+        wide = p.n >= 4096 and m >= 1024 and not (fused_a or fused_b)
+        base = TileConfig(128, 256 if wide else 128, 64, GROUP_M=8, num_warps=8,
+                          num_stages=4, SWAP_AB=swap)
+        variants = [base]
+        # only the weight cast in the kernel, as wgmma's register operand: 256-row tiles
+        # halve the times its fp32 tiles are re-read, with at least 3 stages
+        if swap and m >= 1024:
+            tall = _with_stages(dataclasses.replace(base, BLOCK_M=256), a_size, b_size, dev,
+                                most=4, least=3)
+            if tall is not None:  # default mode yields one config
+                variants = [tall] + variants if exhaustive else [tall]
+        if exhaustive:
+            variants += [
+                dataclasses.replace(base, BLOCK_N=64, num_warps=4),
+                dataclasses.replace(base, BLOCK_K=32),
+                dataclasses.replace(base, SWAP_AB=not swap),
+                dataclasses.replace(base, BLOCK_M=64, num_warps=4),
+            ]
+        most = 4
+    out: list[TileConfig] = []
+    for v in variants:
+        fitted = _with_stages(v, a_size, b_size, dev, most=most)
+        if fitted is not None and fitted not in out:
+            out.append(fitted)
+    return out
+
+
+def _decode16_config(p: Problem, dev: DeviceModel) -> TileConfig:
+    """The tile of a frozen 16-bit weight at decode (``decode16``): 16 rows, 128 deep.
+
+    128 columns a tile where that still gives most SMs one (a 32 KB slab of the weight
+    a stage keeps one tile an SM streaming), else 64 columns with K split until there
+    are about two tiles an SM.
+    """
+    block_k = min(128, _pow2_at_least(p.k, 16, 128))
+    wide = math.ceil(p.n / 128) >= 0.75 * dev.sm_count
+    block_n = 128 if wide else 64
+    split = 1
+    if not wide:
+        tiles = math.ceil(p.n / block_n)
+        k_steps = math.ceil(p.k / block_k)
+        while split < 4 and tiles * split < 1.5 * dev.sm_count and k_steps >= 8 * split:
+            split *= 2
+    return TileConfig(16, block_n, block_k, GROUP_M=8, num_warps=4,
+                      num_stages=4 if wide else 3, SPLIT_K=split)
+
+
+MAX_SPLIT_K = 8
+MAX_SPLIT_PARTIALS = 8 << 20  # bytes of fp32 partials, zeroed with the semaphores each call
+
+
+def _split_k(p: Problem, dev: DeviceModel, block_m: int, block_n: int, block_k: int) -> int:
+    """Split K when the tiles alone would leave SMs idle (small M and N; not batched)."""
+    tiles = p.batch * math.ceil(max(1, p.m) / block_m) * math.ceil(p.n / block_n)
+    if p.batch != 1 or tiles >= 0.75 * dev.sm_count:
+        return 1
+    k_steps = math.ceil(p.k / block_k)
+    split = 1
+    while (split < MAX_SPLIT_K and tiles * split < 0.9 * dev.sm_count
+           and k_steps >= 4 * split * 2):  # at least 4 steps of K per split
+        split *= 2
+    cfg = TileConfig(block_m, block_n, block_k, 8, 4, 2, SPLIT_K=split)
+    while split > 1 and cfg.workspace_bytes(p.m, p.n) > MAX_SPLIT_PARTIALS:
+        split //= 2
+        cfg = dataclasses.replace(cfg, SPLIT_K=split)
+    return split
+
+
+# What tools/check_tensorcore_mm.py forces to measure alternatives: see ``forced``.
+
+@dataclasses.dataclass(frozen=True)
+class Prediction:
+    label: str  # "stock" or "template[a,b]" (the operands cast in the kernel)
+    seconds: float
+    fused_a: bool = False
+    fused_b: bool = False
+    config: Optional[TileConfig] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    path: str  # "stock" | "template" | "gemv"
+    reason: str
+    fused_a: bool = False
+    fused_b: bool = False
+    fused_bias: bool = False
+    config: Optional[TileConfig] = None
+    predictions: tuple[Prediction, ...] = ()
+    # uncertain: the template (``config``, operands as above) and the stock path are
+    # timed on the device and the faster taken; ``path`` is the prediction's choice
+    measure: bool = False
+
+    def describe(self) -> str:
+        rows = ", ".join(f"{q.label}={q.seconds * 1e6:.1f}us" for q in self.predictions)
+        cfg = f" config {self.config}" if self.config else ""
+        how = ", to measure" if self.measure else ""
+        return f"{self.path} ({self.reason}{how}){cfg}; predicted {rows}"
+
+
+def cast_seconds(op: Operand, dev: DeviceModel) -> float:
+    """A separate fp32 -> 16-bit cast kernel of ``op``."""
+    return op.numel * (FP32 + HALF) / dev.copy_bw + dev.kernel_overhead
+
+
+
+def _template_terms(p: Problem, dev: DeviceModel, fused_a: bool, fused_b: bool,
+                    config: TileConfig) -> dict[str, float]:
+    """The terms of ``template(S)`` in the module docstring, in seconds."""
+    casts = sum(cast_seconds(op, dev) for op, fused in ((p.a, fused_a), (p.b, fused_b))
+                if op.castable and not fused)
+    grid_m = math.ceil(p.m / config.BLOCK_M)
+    grid_n = math.ceil(p.n / config.BLOCK_N)
+    out_bytes = p.batch * p.m * p.n * HALF
+    dram = l2 = out_bytes
+    for op, fused, reads in ((p.a, fused_a, grid_n), (p.b, fused_b, grid_m)):
+        size = FP32 if fused else HALF
+        dram += op.numel * size
+        l2 += op.numel * size * reads * (dev.reread_cast if fused else 1.0)
+    if p.bias is not None:
+        dram += p.bias.numel * (FP32 if p.bias.castable else HALF)
+    epilogue = 0.0
+    if p.epilogue is not None:
+        # the epilogue's output replaces the matmul's, written with its residual read
+        # after the main loop: at one block an SM that traffic is not hidden
+        dram -= out_bytes
+        l2 -= out_bytes
+        epilogue = (p.epilogue.read_bytes + p.epilogue.write_bytes) / dev.copy_bw
+    overhead = dev.kernel_overhead
+    ws = config.workspace_bytes(p.m, p.n)
+    if ws:  # partials written and read once; the workspace zeroed by one more launch
+        dram += 2 * ws
+        l2 += 2 * ws
+        overhead += dev.kernel_overhead + ws / dev.copy_bw
+    util = min(1.0, _tiles(p, config) * config.SPLIT_K / (0.75 * dev.sm_count))
+    if fused_a and fused_b:
+        eff = dev.eff_cast_smem
+    elif fused_a or fused_b:
+        # the register operand is A, or B when swapped
+        in_regs = (fused_a and not config.SWAP_AB) or (fused_b and config.SWAP_AB)
+        eff = dev.eff_cast_reg if in_regs else dev.eff_cast_smem
+    else:
+        eff = dev.eff_16bit
+    stream = dev.stream
+    if decode16(p, dev) and not fused_b:
+        # one thin tile an SM streams its slab of the weight alone, slower than several;
+        # a 128-wide tile an SM streams as fast as several (``_decode16_config``)
+        programs = _tiles(p, config) * config.SPLIT_K
+        many = programs >= 1.5 * dev.sm_count or (
+            config.BLOCK_N >= 128 and programs >= 0.75 * dev.sm_count)
+        stream = dev.stream16 if many else dev.stream16_one_wave
+    return dict(casts=casts, compute=p.flops / (dev.mm_flops * eff),
+                dram=dram / (dev.copy_bw * stream * util), l2=l2 / dev.l2_rate,
+                epilogue=epilogue, overhead=overhead)
+
+
+def _epilogue_kernel_time(p: Problem, dev: DeviceModel) -> float:
+    """Stock's separate epilogue kernel: the matmul's output read back, residual, output."""
+    if p.epilogue is None:
+        return 0.0
+    e = p.epilogue
+    moved = p.batch * p.m * p.n * HALF + e.read_bytes + e.write_bytes
+    return moved / dev.copy_bw + dev.kernel_overhead
+
+
+def predict(p: Problem, dev: DeviceModel, fused_a: Optional[bool] = None,
+            fused_b: Optional[bool] = None, config: Optional[TileConfig] = None) -> float:
+    """Predicted seconds: the stock path when ``fused_a`` is None, else the template."""
+    if fused_a is None:
+        ops = p.operands
+        casts = sum(cast_seconds(op, dev) for op in ops if op.castable)
+        bytes16 = sum(op.numel for op in ops) * HALF + p.batch * p.m * p.n * HALF
+        stream = 1.0
+        if decode16(p, dev):
+            # cuBLAS streams small 16-bit weights at decode slower than large ones
+            small = p.b.numel * HALF < SMALL_WEIGHT16 and dev.stream_cublas16_small > 0
+            stream = dev.stream_cublas16_small if small else dev.stream_cublas16
+        return (casts + max(p.flops / dev.mm_flops, bytes16 / (dev.copy_bw * stream))
+                + dev.kernel_overhead + _epilogue_kernel_time(p, dev))
+    assert config is not None and fused_b is not None
+    t = _template_terms(p, dev, fused_a, fused_b, config)
+    return t["casts"] + max(t["compute"], t["dram"], t["l2"]) + t["epilogue"] + t["overhead"]
+
+
+def predict_gemv(p: Problem, dev: DeviceModel) -> float:
+    """M = 1 as a reduction over K (``gemv``): every operand read once, as it is stored."""
+    ops = p.operands
+    casts = sum(cast_seconds(op, dev) for op in ops if op.fp32_source and op.cast_shared)
+    read = sum(op.numel * (FP32 if op.castable else HALF) for op in ops)
+    stream = dev.stream_gemv
+    if decode16(p, dev):
+        # a program a row (Inductor's INNER reduction config): short bf16 rows stream less
+        stream = dev.stream_gemv16_long if p.k >= GEMV_LONG_K else dev.stream_gemv16
+    return casts + (read + p.n * HALF) / (dev.copy_bw * stream) + dev.kernel_overhead
+
+
+# M up to which a 16-bit weight (``Problem.weight16``) may take the decode kernels
+DECODE16_M_MAX = 16
+GEMV_LONG_K = 8192
+SMALL_WEIGHT16 = 64 << 20  # bytes
+
+
+def decode16(p: Problem, dev: DeviceModel) -> bool:
+    """A 16-bit stored weight streamed at decode, where the device has cuBLAS's rate.
+
+    cuBLAS reads such a weight (Inductor's freezing makes one of every fp32 parameter
+    under autocast) well below the copy rate at M <= 16; the gemv reduction (M=1) and the
+    thin-tile template
+    stream it with no cast to fuse. Not batched and nothing to fuse after it.
+    """
+    return (p.weight16 and dev.stream_cublas16 > 0 and p.batch == 1
+            and p.m <= DECODE16_M_MAX and p.epilogue is None)
+
+
+def gemv_applies(p: Problem) -> bool:
+    """One row, not batched, nothing to fuse after it: a dot per column beats tiles."""
+    return p.m == 1 and p.batch == 1 and p.epilogue is None
+
+
+def compute_bound(p: Problem, dev: DeviceModel, fused_a: bool, fused_b: bool,
+                  config: TileConfig) -> bool:
+    t = _template_terms(p, dev, fused_a, fused_b, config)
+    return t["compute"] >= max(t["dram"], t["l2"])
+
+
+REREAD = "tiles re-read the operands"
+
+
+def plan(p: Problem, dev: DeviceModel, allow_gemv: bool = True,
+         force: Force = NO_FORCE) -> Plan:
+    """The fastest predicted way to run ``p``: the stock path, the template or (one
+    row, ``allow_gemv``) the gemv reduction."""
+    stock = Prediction("stock", predict(p, dev))
+    preds = [stock]
+    options = []
+    for fused_a in (True, False) if p.a.castable else (False,):
+        for fused_b in (True, False) if p.b.castable else (False,):
+            # with no cast in the kernel the template pays only by fusing an epilogue,
+            # or by streaming a 16-bit weight faster than cuBLAS at decode
+            if fused_a or fused_b or p.epilogue is not None or decode16(p, dev):
+                options.append((fused_a, fused_b))
+    if force.path == "stock":
+        return Plan("stock", "forced", predictions=(stock,))
+    gemv = Prediction("gemv", predict_gemv(p, dev)) if allow_gemv and gemv_applies(p) else None
+    if force.path == "gemv" and gemv is not None:
+        return Plan("gemv", "forced", predictions=(stock, gemv))
+    if force.fused is not None:
+        options = [f for f in options if f == tuple(force.fused)]
+    if not options:
+        return Plan("stock", "no operand to cast in the kernel", predictions=(stock,))
+    any_fit = False
+    for fused_a, fused_b in options:
+        configs = select_configs(p, dev, fused_a, fused_b, force=force)
+        if not configs:
+            continue
+        any_fit = True
+        cfg = configs[0]
+        label = "template[" + (",".join(n for n, f in (("a", fused_a), ("b", fused_b)) if f)
+                               or "16-bit") + "]"
+        preds.append(Prediction(label, predict(p, dev, fused_a, fused_b, cfg),
+                                fused_a, fused_b, cfg))
+    if not any_fit:
+        return Plan("stock", "smem: no tile config fits shared memory", predictions=tuple(preds))
+    best = min(preds[1:], key=lambda q: q.seconds)
+    fused_bias = p.bias is not None and p.bias.castable
+    if gemv is not None and decode16(p, dev) and force.path != "template":
+        # one row of a frozen weight: the gemv where it streams no slower than cuBLAS (one
+        # kernel for x's cast and cuBLAS), never a 16-row tile
+        if gemv.seconds <= stock.seconds:
+            return Plan("gemv", "predicted no slower, one kernel", predictions=(*preds, gemv))
+        return Plan("stock", "cost model: no clear win", predictions=(*preds, gemv))
+    if (gemv is not None and gemv.seconds < best.seconds and force.path != "template"
+            and gemv.seconds <= stock.seconds * (1.0 - dev.margin)):
+        return Plan("gemv", "predicted faster", predictions=(*preds, gemv))
+    if force.path == "template":
+        return Plan("template", "forced", best.fused_a, best.fused_b, fused_bias,
+                    best.config, tuple(preds))
+    assert best.config is not None
+    bound = compute_bound(p, dev, best.fused_a, best.fused_b, best.config)
+    if p.epilogue is not None:
+        margin = dev.margin_epilogue
+    elif bound:
+        margin = dev.margin_compute
+    else:
+        margin = dev.margin
+    speedup = stock.seconds / best.seconds
+    # Where tiles re-read the operands (more than two row tiles) the main loop's rate and
+    # the re-reads decide, which neither the model nor a timing of the kernel alone
+    # predicts (templates predicted and timed faster ran slower than stock in models).
+    # Stock, which max-autotune may still benchmark against the template (``config``).
+    if p.epilogue is None and math.ceil(p.m / best.config.BLOCK_M) > 2:
+        return Plan("stock", REREAD, best.fused_a, best.fused_b, fused_bias, best.config,
+                    tuple(preds))
+    # Sure of a large win where the weight is streamed once; a smaller one, or a
+    # compute-bound main loop, is measured on the device where the lowering can. An
+    # epilogue's saving is not in the template's timing alone: predicted only.
+    measure = p.epilogue is None and speedup >= 1.0 and (bound or speedup < dev.certain)
+    if best.seconds <= stock.seconds * (1.0 - margin):
+        return Plan("template", "predicted faster", best.fused_a, best.fused_b, fused_bias,
+                    best.config, tuple(preds), measure)
+    if measure:
+        return Plan("stock", "cost model: no clear win", best.fused_a, best.fused_b,
+                    fused_bias, best.config, tuple(preds), measure)
+    return Plan("stock", "cost model: no clear win", predictions=tuple(preds))
+
+
+def plan_dynamic_m(p: Problem, dev: DeviceModel, m_max: int,
+                   tolerance: float = 1.25, force: Force = NO_FORCE) -> Plan:
+    """The plan for a symbolic M: one kernel serves every M up to ``m_max``.
+
+    Among the configs for the size hint (``p.m``) and for ``m_max``, the one whose
+    worse end is best: at the hint the template must win by the usual margin, at
+    ``m_max`` it may be at most ``tolerance`` times slower than the stock path
+    (a decode-shaped tile running a prefill would be far slower: then stock).
+    """
+    # a reduction over K for one row would run every larger M row by row: never here
+    base = plan(p, dev, allow_gemv=False, force=force)
+    if base.path != "template" or m_max <= p.m or force.path or force.config:
+        return base
+    scale = m_max / max(1, p.m)
+    big = dataclasses.replace(p, m=m_max, a=dataclasses.replace(p.a, numel=int(p.a.numel * scale)))
+    if p.epilogue is not None:  # its tensors grow with M (a broadcast residual is overcounted)
+        big = dataclasses.replace(big, epilogue=Epilogue(int(p.epilogue.read_bytes * scale),
+                                                         int(p.epilogue.write_bytes * scale)))
+    stock_small, stock_big = predict(p, dev), predict(big, dev)
+    best, best_worst = None, math.inf
+    # every operand set the hint considered: casting x in the kernel pays at small M only
+    for fa, fb in dict.fromkeys((q.fused_a, q.fused_b) for q in base.predictions
+                                if q.label != "stock"):
+        for cfg in select_configs(p, dev, fa, fb) + select_configs(big, dev, fa, fb):
+            small = predict(p, dev, fa, fb, cfg) / (stock_small * (1.0 - dev.margin))
+            large = predict(big, dev, fa, fb, cfg) / (stock_big * tolerance)
+            if max(small, large) < best_worst:
+                best, best_worst = (fa, fb, cfg), max(small, large)
+    if best is None or best_worst > 1.0:
+        return Plan("stock", f"dynamic M up to {m_max}: no config holds up",
+                    predictions=base.predictions)
+    fa, fb, cfg = best
+    return dataclasses.replace(base, fused_a=fa, fused_b=fb, config=cfg,
+                               reason=f"dynamic M up to {m_max}")
+
+
+def template_configs(the_plan: Plan, p: Problem, dev: DeviceModel, exhaustive: bool,
+                     force: Force = NO_FORCE) -> list[TileConfig]:
+    """The configs the template's heuristic yields for ``the_plan``: its own, then under
+    max-autotune (``exhaustive``) its neighbours for Inductor to benchmark."""
+    assert the_plan.config is not None
+    configs = [the_plan.config]
+    if exhaustive:
+        configs += [c for c in select_configs(p, dev, the_plan.fused_a, the_plan.fused_b,
+                                              exhaustive=True, force=force)
+                    if c not in configs]
+    return configs
