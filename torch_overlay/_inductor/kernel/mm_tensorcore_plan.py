@@ -149,7 +149,9 @@ def device_spec(props: Any) -> DeviceSpec:
         cc=props.major * 10 + props.minor, sm_count=props.multi_processor_count,
         smem_per_block=getattr(props, "shared_memory_per_block_optin", 0) or 48 * 1024,
         sm_clock=getattr(props, "clock_rate", 0) * khz,
-        dram_bw=getattr(props, "memory_clock_rate", 0) * khz * 2 * getattr(props, "memory_bus_width", 0) / 8)
+        # double data rate, bus width in bits
+        dram_bw=getattr(props, "memory_clock_rate", 0) * khz * 2
+        * getattr(props, "memory_bus_width", 0) / 8)
 
 
 def device_model(spec: DeviceSpec) -> Optional[DeviceModel]:
@@ -157,8 +159,9 @@ def device_model(spec: DeviceSpec) -> Optional[DeviceModel]:
     no peak reported)."""
     if spec.cc < MIN_CC or spec.dram_bw <= 0 or spec.sm_clock <= 0:
         return None
-    rate = TENSOR_FLOPS_PER_SM_CLOCK.get(
-        spec.cc, TENSOR_FLOPS_PER_SM_CLOCK[max(c for c in TENSOR_FLOPS_PER_SM_CLOCK if c <= spec.cc)])
+    # a newer architecture than the table knows: the newest one it does
+    known = max(c for c in TENSOR_FLOPS_PER_SM_CLOCK if c <= spec.cc)
+    rate = TENSOR_FLOPS_PER_SM_CLOCK.get(spec.cc, TENSOR_FLOPS_PER_SM_CLOCK[known])
     return DeviceModel(cc=spec.cc, sm_count=spec.sm_count, smem_per_block=spec.smem_per_block,
                        copy_bw=COPY_OF_PEAK * spec.dram_bw,
                        mm_flops=MM_OF_PEAK * rate * spec.sm_count * spec.sm_clock)

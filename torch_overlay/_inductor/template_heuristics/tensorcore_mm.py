@@ -25,8 +25,11 @@ from ..kernel.mm_tensorcore import (
 )
 
 
-@register_template_heuristic(tensorcore_mm_template.uid, "cuda", register=torch.version.hip is None)
-@register_template_heuristic(tensorcore_bmm_template.uid, "cuda", register=torch.version.hip is None)
+_CUDA = torch.version.hip is None
+
+
+@register_template_heuristic(tensorcore_mm_template.uid, "cuda", register=_CUDA)
+@register_template_heuristic(tensorcore_bmm_template.uid, "cuda", register=_CUDA)
 class TensorCoreMMTemplateConfigHeuristic(TemplateConfigHeuristics):
     """The configs the lowering planned, in default mode as under max-autotune."""
 
