@@ -11,6 +11,7 @@ import sys
 import tempfile
 import textwrap
 import types
+from unittest import mock
 
 import torch
 from torch._inductor import config as inductor_config
@@ -281,6 +282,20 @@ class TestOverlays(TestCase):
                              env={**os.environ, "TORCH_OVERLAY_DISABLE": ""})
         self.assertEqual(out.returncode, 0, out.stderr)
         self.assertEqual(out.stdout.split()[-1], "TensorCoreMMTemplateConfigHeuristic")
+
+    def test_an_older_torchs_difference_is_adapted_outside_the_module(self):
+        # the kernel unpacks (node, choice) as the pinned release returns; torch 2.11
+        # returns the node alone, which _compat pairs up as the registry loads the module
+        from torch_overlay import _compat
+
+        module = types.SimpleNamespace(__name__="torch._inductor.kernel.mm_tensorcore",
+                                       autotune_select_algorithm=lambda *a, **k: "node")
+        with mock.patch("inspect.getsource", return_value="return autotune_select_algorithm("):
+            _compat.adapt(module)
+        self.assertEqual(module.autotune_select_algorithm(), ("node", None))
+        with mock.patch("inspect.getsource", return_value="node, _ = autotune_select_algorithm("):
+            _compat.adapt(module)  # a torch that returns the pair: left as it is
+        self.assertEqual(module.autotune_select_algorithm(), ("node", None))
 
     def test_new_modules_load_once_under_their_upstream_names(self):
         import importlib

@@ -50,16 +50,15 @@ PACKAGE = REPO / "torch_overlay"
 OVERLAY_ROOT = PACKAGE / "_inductor"  # mirrors torch/_inductor
 CONFIG = "torch/_inductor/config.py"
 GENERATED = ("series", "UPSTREAM_PIN")  # besides *.patch; patches/*.md are inputs
-# fixed identity and dates: the series is byte-for-byte reproducible
+# the scratch tree's commits: no user or system git config; each patch's author and date
+# are those of the project's commit that last changed its overlay (``authorship``), so
+# the series is reproducible from the history
 GIT_ENV = {
-    "GIT_AUTHOR_NAME": "torch_overlay export",
-    "GIT_AUTHOR_EMAIL": "torch-overlay@users.noreply.github.com",
-    "GIT_COMMITTER_NAME": "torch_overlay export",
-    "GIT_COMMITTER_EMAIL": "torch-overlay@users.noreply.github.com",
-    "GIT_AUTHOR_DATE": "2026-01-01T00:00:00+0000",
-    "GIT_COMMITTER_DATE": "2026-01-01T00:00:00+0000",
     "GIT_CONFIG_NOSYSTEM": "1",
     "GIT_CONFIG_GLOBAL": os.devnull,
+    # the scratch tree's own commits (the pristine base, `git am` in the check)
+    "GIT_AUTHOR_NAME": "scratch", "GIT_AUTHOR_EMAIL": "scratch@localhost",
+    "GIT_COMMITTER_NAME": "scratch", "GIT_COMMITTER_EMAIL": "scratch@localhost",
 }
 # an edit's variant for an older torch (<stem>.<overlay>.torch-2.11.diff): never exported
 VARIANT = re.compile(r"\.torch-\d+\.\d+\.diff$")
@@ -70,8 +69,9 @@ class ExportError(RuntimeError):
     pass
 
 
-def git(cwd: pathlib.Path, *args: str, check: bool = True, input: str | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, **GIT_ENV}
+def git(cwd: pathlib.Path, *args: str, check: bool = True, input: str | None = None,
+        env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, **GIT_ENV, **(env or {})}
     proc = subprocess.run(["git", *args], cwd=cwd, env=env, text=True, input=input,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     if check and proc.returncode != 0:
@@ -298,6 +298,25 @@ def pristine_tree(dest: pathlib.Path) -> pathlib.Path:
     return dest
 
 
+MAX_SUBJECT = 72  # git's and upstream's convention
+
+
+def authorship(overlay: OverlayExport) -> dict[str, str]:
+    """Author and date of the project's last commit that changed the overlay's exported
+    sources (edits, modules, templates, tests, message), as git environment variables."""
+    paths = [str(p) for p in [*overlay.diffs, *overlay.files.values(), *overlay.tests.values(),
+                              overlay.message]]
+    proc = subprocess.run(["git", "log", "-1", "--format=%an%x00%ae%x00%aI", "--", *paths],
+                          cwd=REPO, text=True, capture_output=True)
+    fields = proc.stdout.strip().split("\0")
+    if proc.returncode != 0 or len(fields) != 3:
+        raise ExportError(f"overlay {overlay.name}: no git history of its files to take the "
+                          f"patch's author and date from (run in a git checkout): {proc.stderr}")
+    name, email, date = fields
+    return {"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email, "GIT_AUTHOR_DATE": date,
+            "GIT_COMMITTER_NAME": name, "GIT_COMMITTER_EMAIL": email, "GIT_COMMITTER_DATE": date}
+
+
 def commit_message(overlay: OverlayExport) -> str:
     if not overlay.message.exists():
         raise ExportError(f"overlay {overlay.name}: no commit message {rel(overlay.message)} (the "
@@ -308,6 +327,9 @@ def commit_message(overlay: OverlayExport) -> str:
             or lines[1].strip() or not "".join(lines[2:]).strip()):
         raise ExportError(f"{rel(overlay.message)}: the first line must be the subject "
                           f"'[inductor] {overlay.name}: ...', then a blank line, then the body")
+    if len(lines[0]) > MAX_SUBJECT:
+        raise ExportError(f"{rel(overlay.message)}: the subject has {len(lines[0])} characters, "
+                          f"more than {MAX_SUBJECT}")
     return text.rstrip("\n") + "\n"
 
 
@@ -339,7 +361,8 @@ def build_series(out_dir: pathlib.Path, work: pathlib.Path) -> list[str]:
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(read_source(source))
         git(repo, "add", "-A")
-        git(repo, "commit", "-q", "--cleanup=whitespace", "-F", "-", input=commit_message(overlay))
+        git(repo, "commit", "-q", "--cleanup=whitespace", "-F", "-", input=commit_message(overlay),
+            env=authorship(overlay))
     out_dir.mkdir(parents=True, exist_ok=True)
     for old in out_dir.glob("*.patch"):
         old.unlink()

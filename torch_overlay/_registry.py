@@ -81,11 +81,32 @@ class _UpstreamModules(importlib.abc.MetaPathFinder):
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
         if fullname in self.files:
-            return importlib.util.spec_from_file_location(fullname, self.files[fullname])
+            spec = importlib.util.spec_from_file_location(fullname, self.files[fullname])
+            spec.loader = _Adapted(spec.loader)
+            return spec
         upstream = "torch." + fullname.removeprefix("torch_overlay.")
         if fullname.startswith("torch_overlay._inductor.") and upstream in self.files:
             return importlib.util.spec_from_loader(fullname, _Alias(upstream))
         return None
+
+
+class _Adapted(importlib.abc.Loader):
+    """A new module's loader, then what an older torch needs of it (``_compat``)."""
+
+    def __init__(self, loader: Any) -> None:
+        self.loader = loader
+
+    def create_module(self, spec: Any) -> Any:
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module: Any) -> None:
+        from . import _compat
+
+        self.loader.exec_module(module)
+        _compat.adapt(module)
+
+    def __getattr__(self, name: str) -> Any:  # get_source, get_filename, ...: the file's
+        return getattr(self.loader, name)
 
 
 class _Alias(importlib.abc.Loader):

@@ -517,7 +517,7 @@ class TestMatmulMetaInductor(MatmulMetaOnly, TestCase):
         self.assertEqual(counters["inductor"]["matmul_meta_fallback:attach"], 1)
         self.assertEqual(counters["inductor"]["matmul_meta_fallback:comment"], 1)
 
-    def test_overlay_disabled_leaves_nothing(self):
+    def test_flag_off_leaves_nothing(self):
         inductor_config.autocast_matmul_meta = False
         fn, args, _ = case_mm(torch.bfloat16)
         args = [a.detach() for a in args]

@@ -657,7 +657,7 @@ class TestTensorCoreMMCodegen(TensorCoreMMTestCase):
 
         def pick_first(name, choices, *args, **kwargs):
             seen.append(list(choices))
-            return choices[0].output_node()
+            return choices[0].output_node(), choices[0]
 
         with (inductor_config.patch(max_autotune=True, max_autotune_gemm_backends="TRITON"),
               mock.patch.object(mm_tensorcore, "autotune_select_algorithm", pick_first)):

@@ -27,26 +27,20 @@ import torch
 import torch.nn.functional as F
 
 
-try:
-    from torch._dynamo.utils import counters
-    from torch._inductor import config as inductor_config
-    from torch._inductor import ir
-    from torch._inductor import lowering as inductor_lowering
-    from torch._inductor.pattern_matcher import (
-        MULTIPLE,
-        CallFunction,
-        KeywordArg,
-        Match,
-        PatternExpr,
-        PatternMatcherPass,
-        register_lowering_pattern,
-    )
-    from torch._inductor.virtualized import V, ops
-except ImportError as e:  # private APIs: say which overlay needs what
-    raise ImportError(
-        f"gelu_add needs Inductor's pattern matcher, IR and "
-        f"lowerings as in torch 2.11 (torch {torch.__version__} differs): {e}"
-    ) from e
+from torch._dynamo.utils import counters
+from torch._inductor import config as inductor_config
+from torch._inductor import ir
+from torch._inductor import lowering as inductor_lowering
+from torch._inductor.pattern_matcher import (
+    MULTIPLE,
+    CallFunction,
+    KeywordArg,
+    Match,
+    PatternExpr,
+    PatternMatcherPass,
+    register_lowering_pattern,
+)
+from torch._inductor.virtualized import V, ops
 
 log = logging.getLogger(__name__)
 
@@ -181,7 +175,7 @@ def _kernels_round_intermediates(device: torch.device) -> bool:
 def spec_of_match(
     match: Match, *, approximate: str, round_dtype: Optional[torch.dtype], residual_first: bool
 ) -> Optional[GeluAddSpec]:
-    """The spec of a structural match, or None when the overlay must not take it."""
+    """The spec of a structural match, or None when the pass must not take it."""
     if any(node.kwargs for node in match.nodes):
         # the matcher ignores kwargs the pattern lacks: add(..., alpha=2) must not match
         _reject("a matched node has keyword arguments", match)
@@ -355,7 +349,7 @@ for _approximate in APPROXIMATIONS:
 
 # Elements a thread of a pointwise kernel that runs a large 16-bit gelu-add. At
 # Inductor's 8 (one 16-byte load an input) the ~40 instructions an element of the erf
-# form leave too few loads in flight at 64M elements (BENCHMARKS.md). Small tensors
+# form leave too few loads in flight at 64M elements. Small tensors
 # keep Inductor's blocks: at 1M elements half as many blocks no longer fill the SMs.
 MIN_ELEM_PER_THREAD_16BIT = 16
 MIN_NUMEL_FOR_16_PER_THREAD = 1 << 24
@@ -398,7 +392,7 @@ def raise_elements_per_thread(kernel: Any) -> None:
 
 
 def matched_spec(node: torch.fx.Node) -> Optional[GeluAddSpec]:
-    """The spec of a node this overlay's pattern pass put in, else None."""
+    """The spec of a node this pattern pass put in, else None."""
     target = node.target if node.op == "call_function" else None
     if getattr(target, "func", None) is gelu_add:  # functools.partial(gelu_add, match)
         return getattr(target.args[0], "gelu_add_spec", None)

@@ -32,17 +32,10 @@ from typing import Any, Iterator, Optional
 
 import torch
 
-try:
-    import torch.fx
-    from torch._dynamo.utils import counters
-    from torch._inductor.virtualized import V
-    from torch.amp.autocast_mode import _enter_autocast, _exit_autocast
-except ImportError as e:  # private APIs: say what is needed
-    raise ImportError(
-        f"matmul_meta needs torch.amp.autocast_mode._enter_autocast, "
-        f"torch._dynamo.utils.counters and torch._inductor.virtualized.V as in torch 2.11 "
-        f"(torch {torch.__version__} differs): {e}"
-    ) from e
+import torch.fx
+from torch._dynamo.utils import counters
+from torch._inductor.virtualized import V
+from torch.amp.autocast_mode import _enter_autocast, _exit_autocast
 
 __all__ = [
     "MatmulMeta",
@@ -136,7 +129,7 @@ def _fallback(reason: str, detail: Any = "") -> None:
 
 
 class _Unsupported(Exception):
-    """The graph uses autocast in a way this overlay does not read."""
+    """The graph uses autocast in a way this pass does not read."""
 
 
 # ---------------------------------------------------------------------------
@@ -329,8 +322,8 @@ def get_matmul_meta(node: torch.fx.Node) -> Optional[MatmulMeta]:
     """The MatmulMeta of a post-grad aten matmul node, or None.
 
     Set by the post-grad pre pass; a matmul node made after it (a post-grad pattern
-    that rewrites addmm into mm + add, say) gets it here on first asking, while the
-    overlay is enabled.
+    that rewrites addmm into mm + add, say) gets it here on first asking, while
+    ``config.autocast_matmul_meta`` is on.
     """
     if not isinstance(node, torch.fx.Node):
         return None
@@ -616,8 +609,8 @@ def _innermost(ir_node: Any) -> Any:
 def attach_matmul_meta(result: Any, node: Optional[torch.fx.Node] = None) -> Optional[MatmulMeta]:
     """Set ``matmul_meta`` on the IR a matmul lowering returned, record and log it.
 
-    ``node`` defaults to the fx node being lowered. Another overlay whose lowering
-    returns its own IR without calling through this one's may call this.
+    ``node`` defaults to the fx node being lowered. A lowering that returns its own IR
+    without calling through the stock one may call this.
     """
     node = node if node is not None else V.graph.current_node
     meta = get_matmul_meta(node)

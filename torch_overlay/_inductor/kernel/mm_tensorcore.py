@@ -28,25 +28,18 @@ from typing import Any, Callable, Optional
 
 import torch
 from torch._dynamo.utils import counters
-
-try:
-    from torch._inductor import config as inductor_config, ir
-    from torch._inductor.kernel.bmm import bmm_grid
-    from torch._inductor.kernel_inputs import MMKernelInputs
-    from torch._inductor.lowering import expand, lowerings
-    from torch._inductor.select_algorithm import (
-        autotune_select_algorithm,
-        realize_inputs,
-        SymbolicGridFn,
-        TritonTemplate,
-    )
-    from torch._inductor.utils import load_template
-    from torch._inductor.virtualized import ops, V
-except ImportError as e:  # pragma: no cover - a torch without these private APIs
-    raise ImportError(
-        f"tensorcore_mm needs torch._inductor internals of torch 2.11 "
-        f"(select_algorithm.TritonTemplate, kernel_inputs.MMKernelInputs, ...): {e}"
-    ) from e
+from torch._inductor import config as inductor_config, ir
+from torch._inductor.kernel.bmm import bmm_grid
+from torch._inductor.kernel_inputs import MMKernelInputs
+from torch._inductor.lowering import expand, lowerings
+from torch._inductor.select_algorithm import (
+    autotune_select_algorithm,
+    realize_inputs,
+    SymbolicGridFn,
+    TritonTemplate,
+)
+from torch._inductor.utils import load_template
+from torch._inductor.virtualized import ops, V
 
 from ..fx_passes import matmul_meta
 from ..fx_passes.matmul_meta import strict_fallbacks, tensor_val as _val, VIEW_OPS
@@ -469,9 +462,7 @@ def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
             choices[0].precompile()
         except Exception as e:
             _compile_failed(op, shape, e)
-    result = autotune_select_algorithm(name, choices, kernel_inputs.nodes(), layout)
-    if isinstance(result, tuple):  # torch 2.13 returns (node, chosen choice)
-        result = result[0]
+    result, _ = autotune_select_algorithm(name, choices, kernel_inputs.nodes(), layout)
     if not isinstance(result, ir.IRNode):
         raise TypeError(f"{name}: autotuning returned {type(result).__name__}, not IR")
     _count("tensorcore_mm_template")
@@ -617,7 +608,8 @@ def _lower_gemv(a: Any, b: Any, bias: Any, alpha: Any, beta: Any,
 
 
 def _gelu_add_epilogue(node: torch.fx.Node) -> Optional[Any]:
-    """The cost of the gelu-add (overlay ``gelu_add``) that is this matmul's only reader.
+    """The cost of the gelu-add (``config.gelu_add_fusion``) that is this matmul's only
+    reader.
 
     The template fuses it as an epilogue; stock runs it as a pointwise kernel that
     reads the matmul's output back. None when there is no such gelu-add, when the

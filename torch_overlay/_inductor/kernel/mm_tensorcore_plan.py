@@ -40,7 +40,7 @@ row tile an SM, streamed the weight at 2.3 TB/s; ``gemv`` lowers it instead to a
 Inductor reduction over K that reads every operand once (fp32 where that drops a
 cast), rounds in registers and sums in fp32: ``bytes/(BW·stream_gemv) + L``.
 
-A matmul whose only reader is a gelu-add (overlay ``gelu_add``) carries an
+A matmul whose only reader is a gelu-add (``config.gelu_add_fusion``) carries an
 ``Epilogue``: stock pays a pointwise kernel that reads the matmul's output back; the
 template writes the epilogue's output instead, after its main loop (not hidden at
 one block an SM), and may then pay with no operand cast in the kernel (16-bit
@@ -439,8 +439,6 @@ def _split_k(p: Problem, dev: DeviceModel, block_m: int, block_n: int, block_k: 
         cfg = dataclasses.replace(cfg, SPLIT_K=split)
     return split
 
-
-# What tools/check_tensorcore_mm.py forces to measure alternatives: see ``forced``.
 
 @dataclasses.dataclass(frozen=True)
 class Prediction:
