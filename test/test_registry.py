@@ -261,6 +261,35 @@ class TestOverlays(TestCase):
                 REGISTRY._overlays.pop("drifted")
                 REGISTRY._refused.pop("drifted", None)
 
+    def test_an_overlay_whose_module_does_not_import_is_refused_at_enable(self):
+        # a new module written against another torch's internals: refused here with the
+        # reason, not an ImportError in the middle of a compile
+        tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(tmp.cleanup)
+        flag = pathlib.Path(tmp.name) / "config.unimportable.diff"
+        flag.write_text("--- a/torch/_inductor/config.py\n+++ b/torch/_inductor/config.py\n"
+                        "@@ -1,1 +1,2 @@\n import os\n+unimportable: bool = False\n")
+
+        @dataclasses.dataclass(frozen=True)
+        class Unimportable(Overlay):
+            @property
+            def edit_files(self):
+                return [flag]
+
+        REGISTRY.register(Unimportable(name="unimportable", purpose="probe", flag="unimportable",
+                                       modules=("fx_passes.no_such_module",)))
+        try:
+            before = [s.target for s in REGISTRY.swaps]
+            with self.assertRaisesRegex(OverlayError, r"'unimportable' refused: its modules "
+                                        r"do not import: \w+Error: .*no_such_module"):
+                torch_overlay.enable("unimportable")
+            self.assertEqual([s.target for s in REGISTRY.swaps], before)
+            self.assertNotIn("unimportable", REGISTRY.enabled())
+            self.assertNotIn("unimportable", inductor_config._config)  # its flag went too
+        finally:
+            REGISTRY._overlays.pop("unimportable")
+            REGISTRY._refused.pop("unimportable", None)
+
     def test_kill_switch(self):
         import os
         from unittest import mock

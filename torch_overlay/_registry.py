@@ -279,7 +279,7 @@ class Registry:
                     self._import_registered(name)
                 except Exception as e:
                     self._install(previous)
-                    reason = (f"overlay {name!r} refused: importing its modules failed: "
+                    reason = (f"overlay {name!r} refused: its modules do not import: "
                               f"{type(e).__name__}: {e}")
                     self._refused[name] = reason
                     raise OverlayError(reason) from e
@@ -288,9 +288,13 @@ class Registry:
             return order
 
     def _import_registered(self, name: str) -> None:
-        """Import the new modules that an ``__init__.py`` edit of ``name`` has its package
-        import upstream (a template heuristic registers itself when imported)."""
-        for path in self.get(name).edit_files:
+        """Import the new modules of ``name`` (one that does not import on this torch
+        refuses the overlay here, not in a compile), then those an ``__init__.py`` edit
+        has its package import upstream (a template heuristic registers when imported)."""
+        overlay = self.get(name)
+        for module in overlay.modules:
+            importlib.import_module(f"torch._inductor.{module}")
+        for path in overlay.edit_files:
             if (diff := FileDiff.read(path)).imports_modules:
                 for module in diff.imported_modules():
                     importlib.import_module(module)
