@@ -3,8 +3,8 @@
 named pointwise kernel, rounded like eager; with ``config.tensorcore_mm_autocast``,
 gelu(F.linear(x, w, b)) + r as the epilogue of the tensor-core matmul template.
 
-Pattern structure and golden kernels are checked in the CUDA code Inductor generates
-(``get_code``, which runs nothing; the goldens are the H200's), values and gradients on
+Pattern structure and kernels are checked in the CUDA code Inductor generates
+(``get_code``, which runs nothing), values and gradients on
 Inductor's CPU backend and on the CUDA GPU against eager and an fp64 reference.
 """
 from __future__ import annotations
@@ -103,27 +103,6 @@ def elements_per_thread(code: list[str]) -> list[str]:
 
 def kernel_names(code: list[str]) -> list[str]:
     return sorted(set(re.findall(r"\b(?:triton_poi|cpp)_fused_\w+?_\d+\b", "\n".join(code))))
-
-
-# what varies between runs and machines in generated code: (pattern, replacement)
-VOLATILE = (
-    # compile counter of the process
-    (re.compile(r"# AOT ID: \['\d+_(\w+)'\]"), r"# AOT ID: ['<N>_\1']"),
-    # cache dir and content hash of the kernel file
-    (re.compile(r"# kernel path: \S+"), "# kernel path: <cache>"),
-    # hash of the Triton build and ptxas on the machine that compiled
-    (re.compile(r"'backend_hash': '[0-9A-F]{64}'"), "'backend_hash': '<backend_hash>'"),
-    # a constant's address in the wrapper's comment (freezing's _frozen_param<N>)
-    (re.compile(r"^(\w+ = None  # device\(.*\)) [0-9a-f]{6,}$", re.M), r"\1 <addr>"),
-)
-
-
-def golden_code(code: list[str]) -> str:
-    """The generated sources of each graph, joined, for ``assertExpected``."""
-    text = "\n# ---- next graph ----\n".join(code)
-    for pattern, replacement in VOLATILE:
-        text = pattern.sub(replacement, text)
-    return text
 
 
 # the config flags of each feature: gelu_add, and tensorcore_mm with the metadata it needs
@@ -320,27 +299,30 @@ class GeluAddPatternTests(GeluAddTestCase):
 
 
 @requires_cuda_and_triton
-class GeluAddGoldenTests(GeluAddTestCase):
-    """The pointwise kernels, as generated for the H200."""
+class GeluAddPointwiseTests(GeluAddTestCase):
+    """gelu(x) + r as one pointwise kernel."""
 
     @parametrize("approximate", APPROXIMATIONS)
-    def test_golden_pointwise_bf16(self, approximate):
+    def test_pointwise_bf16(self, approximate):
         fn = lambda x, r: F.gelu(x, approximate=approximate) + r  # noqa: E731
         x, r = make_inputs(torch.bfloat16, device=GPU_TYPE, cases=(((64, 1000), (64, 1000)),))
-        self.assertExpected(golden_code(self.cuda_code(fn, x, r)))
+        code = self.cuda_code(fn, x, r)
+        self.assertEqual(kernel_names(code), ["triton_poi_fused_gelu_add_0"], "\n".join(code))
         self.assertEqual(counters["inductor"]["gelu_add_matched"], 1)
 
     @parametrize("approximate", APPROXIMATIONS)
-    def test_golden_pointwise_fp32(self, approximate):
+    def test_pointwise_fp32(self, approximate):
         fn = lambda x, r: r + F.gelu(x, approximate=approximate)  # noqa: E731
         x, r = make_inputs(torch.float32, device=GPU_TYPE, cases=(((64, 1000), (64, 1000)),))
-        self.assertExpected(golden_code(self.cuda_code(fn, x, r)))
+        code = self.cuda_code(fn, x, r)
+        self.assertEqual(kernel_names(code), ["triton_poi_fused_gelu_add_0"], "\n".join(code))
         self.assertEqual(counters["inductor"]["gelu_add_matched"], 1)
 
-    def test_golden_broadcast_residual(self):
+    def test_broadcast_residual(self):
         fn = lambda x, r: F.gelu(x) + r  # noqa: E731
         x, r = make_inputs(torch.float16, device=GPU_TYPE, cases=(((64, 1000), (1000,)),))
-        self.assertExpected(golden_code(self.cuda_code(fn, x, r)))
+        code = self.cuda_code(fn, x, r)
+        self.assertEqual(kernel_names(code), ["triton_poi_fused_gelu_add_0"], "\n".join(code))
         self.assertEqual(counters["inductor"]["gelu_add_matched"], 1)
 
 
@@ -538,11 +520,10 @@ class GeluAddEpilogueTests(GeluAddTestCase):
             ".to(tl.bfloat16)").check("tl.store").run(src)
 
     @parametrize("approximate", APPROXIMATIONS)
-    def test_golden_gemm_epilogue_bf16(self, approximate):
+    def test_gemm_epilogue_bf16(self, approximate):
         inputs = linear_inputs(512, 768, 320, torch.bfloat16, device=GPU_TYPE)
         code = self.code_with(gelu_linear(approximate), *inputs, force=(False, False))
         self.assertOneKernel(code)
-        self.assertExpected(golden_code(code))
 
     def test_autocast_fp32_parameters(self):
         # the weight cast in the kernel too: the template reads fp32 w
@@ -645,7 +626,7 @@ class GeluAddEpilogueTests(GeluAddTestCase):
 
 
 instantiate_parametrized_tests(GeluAddPatternTests)
-instantiate_parametrized_tests(GeluAddGoldenTests)
+instantiate_parametrized_tests(GeluAddPointwiseTests)
 instantiate_parametrized_tests(GeluAddCPUTests)
 instantiate_parametrized_tests(GeluAddGPUTests)
 instantiate_parametrized_tests(GeluAddEpilogueTests)

@@ -6,8 +6,8 @@ Detection is tested on the aten graphs Inductor would get (Dynamo + the pass's p
 marks + AOTAutograd with Inductor's decompositions, forward and backward, on CPU: fast,
 so parametrised over ops, dtypes and odd shapes); the wiring through Inductor (hooks,
 lowering, wrapper comments, cache keys, logging, fallbacks) by compiling on CPU, and in
-the CUDA code Inductor generates (``get_code``, which runs nothing; the goldens are the
-H200's); the backward's labels on a CUDA GPU.
+the CUDA code Inductor generates (``get_code``, which runs nothing); the backward's labels
+on a CUDA GPU.
 """
 import logging
 import os
@@ -570,7 +570,7 @@ class TestMatmulMetaInductor(MatmulMetaOnly, TestCase):
 
 
 # ---------------------------------------------------------------------------
-# CUDA code (the goldens are the H200's)
+# CUDA code
 
 
 def autocast_linear(x, w, b):
@@ -589,7 +589,7 @@ class TestMatmulMetaCUDACodegen(MatmulMetaOnly, TestCase):
     def setUp(self):
         super().setUp()
         # pad_mm would time padded and unpadded odd-sized matmuls on the device: the
-        # golden would depend on a benchmark. No cache: each get_code is a fresh compile
+        # code would depend on a benchmark. No cache: each get_code is a fresh compile
         self.codegen_config = inductor_config.patch(
             shape_padding=False, fx_graph_cache=False, fx_graph_remote_cache=False)
         self.codegen_config.__enter__()
@@ -606,7 +606,6 @@ class TestMatmulMetaCUDACodegen(MatmulMetaOnly, TestCase):
         args = (torch.randn(33, 100, device=GPU_TYPE), torch.randn(75, 100, device=GPU_TYPE),
                 torch.randn(75, device=GPU_TYPE))
         code = cuda_code(autocast_linear, *args)
-        self.assertExpected(golden_code(code))
         self.assertEqual(
             comment_lines(code),
             "# matmul_meta: addmm autocast=bfloat16 autocast_device=cuda source=autocast "
