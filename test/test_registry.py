@@ -1,5 +1,6 @@
 # Owner(s): ["module: inductor"]
 """The overlay machinery: hunks applied to live functions, flags, drift, restore."""
+import contextlib
 import dataclasses
 import difflib
 import inspect
@@ -186,6 +187,28 @@ class TestEdits(TestCase):
             select_edit(primary)
 
 
+@contextlib.contextmanager
+def probe_overlay(name: str, edit_file: str, diff: str, **fields):
+    """A throwaway overlay ``name`` whose one edit is ``diff`` (as ``edit_file``),
+    registered for the block and forgotten after it."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = pathlib.Path(tmp) / edit_file
+        path.write_text(diff)
+
+        @dataclasses.dataclass(frozen=True)
+        class Probe(Overlay):
+            @property
+            def edit_files(self):
+                return [path]
+
+        REGISTRY.register(Probe(name=name, purpose="probe", flag=name, **fields))
+        try:
+            yield
+        finally:
+            REGISTRY._overlays.pop(name)
+            REGISTRY._refused.pop(name, None)
+
+
 class TestOverlays(TestCase):
     """The real overlays on the installed torch."""
 
@@ -237,48 +260,24 @@ class TestOverlays(TestCase):
         self.assertEqual(REGISTRY.enabled(), ["matmul_meta", "tensorcore_mm", "gelu_add"])
 
     def test_a_drifted_overlay_is_refused_and_the_rest_stays(self):
-        with tempfile.TemporaryDirectory() as tmp:
-            path = pathlib.Path(tmp) / "mm.drifted.diff"
-            path.write_text("--- a/torch/_inductor/kernel/mm.py\n+++ b/torch/_inductor/kernel/mm.py\n"
-                            "@@ -1,2 +1,2 @@ def tuned_mm(\n-no such line\n+an edit\n context\n")
-
-            @dataclasses.dataclass(frozen=True)
-            class Drifted(Overlay):
-                @property
-                def edit_files(self):
-                    return [path]
-
-            REGISTRY.register(Drifted(name="drifted", purpose="probe", flag="drifted"))
-            try:
-                before = [s.target for s in REGISTRY.swaps]
-                with self.assertRaisesRegex(OverlayError, r"'drifted' refused: .*mm.py:1 "
-                                            r"\(def tuned_mm\(\) does not apply to torch "
-                                            + re.escape(torch.__version__)):
-                    torch_overlay.enable("drifted")
-                self.assertEqual([s.target for s in REGISTRY.swaps], before)
-                self.assertIn("drifted", REGISTRY.refused())
-            finally:
-                REGISTRY._overlays.pop("drifted")
-                REGISTRY._refused.pop("drifted", None)
+        drift = ("--- a/torch/_inductor/kernel/mm.py\n+++ b/torch/_inductor/kernel/mm.py\n"
+                 "@@ -1,2 +1,2 @@ def tuned_mm(\n-no such line\n+an edit\n context\n")
+        with probe_overlay("drifted", "mm.drifted.diff", drift):
+            before = [s.target for s in REGISTRY.swaps]
+            with self.assertRaisesRegex(OverlayError, r"'drifted' refused: .*mm.py:1 "
+                                        r"\(def tuned_mm\(\) does not apply to torch "
+                                        + re.escape(torch.__version__)):
+                torch_overlay.enable("drifted")
+            self.assertEqual([s.target for s in REGISTRY.swaps], before)
+            self.assertIn("drifted", REGISTRY.refused())
 
     def test_an_overlay_whose_module_does_not_import_is_refused_at_enable(self):
         # a new module written against another torch's internals: refused here with the
         # reason, not an ImportError in the middle of a compile
-        tmp = tempfile.TemporaryDirectory()
-        self.addCleanup(tmp.cleanup)
-        flag = pathlib.Path(tmp.name) / "config.unimportable.diff"
-        flag.write_text("--- a/torch/_inductor/config.py\n+++ b/torch/_inductor/config.py\n"
-                        "@@ -1,1 +1,2 @@\n import os\n+unimportable: bool = False\n")
-
-        @dataclasses.dataclass(frozen=True)
-        class Unimportable(Overlay):
-            @property
-            def edit_files(self):
-                return [flag]
-
-        REGISTRY.register(Unimportable(name="unimportable", purpose="probe", flag="unimportable",
-                                       modules=("fx_passes.no_such_module",)))
-        try:
+        flag = ("--- a/torch/_inductor/config.py\n+++ b/torch/_inductor/config.py\n"
+                "@@ -1,1 +1,2 @@\n import os\n+unimportable: bool = False\n")
+        with probe_overlay("unimportable", "config.unimportable.diff", flag,
+                           modules=("fx_passes.no_such_module",)):
             before = [s.target for s in REGISTRY.swaps]
             with self.assertRaisesRegex(OverlayError, r"'unimportable' refused: its modules "
                                         r"do not import: \w+Error: .*no_such_module"):
@@ -286,9 +285,6 @@ class TestOverlays(TestCase):
             self.assertEqual([s.target for s in REGISTRY.swaps], before)
             self.assertNotIn("unimportable", REGISTRY.enabled())
             self.assertNotIn("unimportable", inductor_config._config)  # its flag went too
-        finally:
-            REGISTRY._overlays.pop("unimportable")
-            REGISTRY._refused.pop("unimportable", None)
 
     def test_kill_switch(self):
         import os

@@ -151,7 +151,7 @@ class PlanRecorder:
     """The cost model's plans, as the lowering asks for them."""
 
     def __init__(self) -> None:
-        h = heuristics()
+        h = cost_model()
         self.h, self.plans = h, []
         self._original = h.plan
 
@@ -204,7 +204,7 @@ def linear_variants() -> list[tuple]:
     """(shape, label, forced plan): the template's alternatives for F.linear under bf16
     autocast ('default': its config as the cost model picks it), with what they measured
     before."""
-    T = heuristics().TileConfig
+    T = cost_model().TileConfig
     both, default = ("template", (True, True)), ("template", None, None)
     return [
         ((16, 4096, 4096), "default", default),
@@ -249,7 +249,7 @@ def epilogue_variants() -> list[tuple]:
     2048x16384x4096): the best 0.189 (128x128x64 w8 s4), 0.235 (128x256x64 w8 s3) and
     0.475 ms; a persistent variant with the tile and K loops flattened (epilogue
     overlapped with the next tile's loads) took 0.186, 0.233 and 0.445 ms: not kept."""
-    T = heuristics().TileConfig
+    T = cost_model().TileConfig
     sweep = [T(128, 128, 64, 8, 8, 4), T(128, 128, 64, 8, 8, 3), T(128, 128, 64, 8, 8, 2),
              T(128, 128, 32, 8, 8, 4), T(128, 128, 32, 8, 8, 3), T(128, 256, 32, 8, 8, 3),
              T(128, 128, 64, 8, 4, 3), T(64, 256, 64, 8, 8, 3), T(128, 256, 64, 8, 8, 3),
@@ -261,7 +261,7 @@ def epilogue_variants() -> list[tuple]:
 
 
 @functools.cache
-def heuristics():
+def cost_model():
     """The cost model's module, torch._inductor.kernel.mm_tensorcore_plan: it imports
     once the overlay has been enabled (and stays after ``disable``)."""
     torch_overlay.enable(["tensorcore_mm"])
@@ -274,7 +274,7 @@ def heuristics():
 
 def part_variants(title: str, plans: list[tuple], budget_s: float, epilogue: bool = False) -> None:
     """Each plan forced, measured against stock and the cost model's prediction."""
-    h = heuristics()
+    h = cost_model()
     fn, make_inputs = ((gelu_linear_fn, gelu_linear_inputs) if epilogue
                        else (linear_fn(), lambda m, n, k: linear_inputs(m, n, k)))
     overlays = ("tensorcore_mm", "gelu_add") if epilogue else ("tensorcore_mm",)
@@ -374,7 +374,7 @@ def part_limits() -> None:
     from torch._inductor.utils import fresh_cache
     from triton.tools.tensor_descriptor import TensorDescriptor
 
-    h = heuristics()
+    h = cost_model()
     log("\n== limits: pure reads, decode kernel classes, M=1024 compile (do_bench medians) ==")
     fn = linear_fn()
 
@@ -656,7 +656,7 @@ def part_freezing_variants(budget_s: float) -> None:
     """The decode kernels on a frozen bf16 weight, forced, against frozen stock (CUDA-graph
     replays, so launch overhead does not hide the weight read): what the cost model's
     16-bit rates (stream16, stream_gemv16, stream_cublas16) are."""
-    T = heuristics().TileConfig
+    T = cost_model().TileConfig
     log("\n== freezing variants: forced decode kernels on the frozen bf16 weight; "
         "CUDA-graph ms (do_bench median) ==")
     thin = [T(16, 64, 128, 8, 4, 3), T(16, 64, 128, 8, 4, 6), T(16, 32, 128, 8, 4, 6),

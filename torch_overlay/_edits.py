@@ -223,7 +223,7 @@ def select_edit(primary: pathlib.Path) -> FileDiff:
             return diff
         except EditError as e:
             error = error or e
-    if candidates[0].module_level:
+    if candidates[0].declares_config:
         return candidates[0]
     if len(candidates) > 1:
         others = ", ".join(d.path.name for d in candidates[1:])

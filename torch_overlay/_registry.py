@@ -276,7 +276,7 @@ class Registry:
                 previous = list(self._enabled)
                 self._install(previous + [name])
                 try:
-                    self._import_registered(name)
+                    self._import_modules(name)
                 except Exception as e:
                     self._install(previous)
                     reason = (f"overlay {name!r} refused: its modules do not import: "
@@ -287,7 +287,7 @@ class Registry:
                 log.debug("enabled overlay %s", name)
             return order
 
-    def _import_registered(self, name: str) -> None:
+    def _import_modules(self, name: str) -> None:
         """Import the new modules of ``name`` (one that does not import on this torch
         refuses the overlay here, not in a compile), then those an ``__init__.py`` edit
         has its package import upstream (a template heuristic registers when imported)."""

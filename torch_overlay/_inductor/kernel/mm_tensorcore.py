@@ -142,12 +142,11 @@ class _Decline(Exception):
 
 
 class TensorCoreMMKernelInputs(MMKernelInputs):
-    """The template's inputs with the plan that chose them and the configs to try."""
+    """The template's inputs with the configs the plan chose for them."""
 
-    def __init__(self, input_nodes: list[Any], plan: planner.Plan,
-                 configs: list[planner.TileConfig], **kwargs: Any) -> None:
+    def __init__(self, input_nodes: list[Any], configs: list[planner.TileConfig],
+                 **kwargs: Any) -> None:
         super().__init__(input_nodes, **kwargs)
-        self.plan = plan
         self.configs = configs
 
 
@@ -425,8 +424,7 @@ def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
         inputs.insert(0, realize_inputs(expand(bias, size)))
         scalars = {"alpha": kwargs.get("alpha", 1), "beta": kwargs.get("beta", 1)}
     configs = planner.template_configs(the_plan, problem, dev, autotune, force)
-    kernel_inputs = TensorCoreMMKernelInputs(inputs, the_plan, configs, scalars=scalars,
-                                             out_dtype=dtype)
+    kernel_inputs = TensorCoreMMKernelInputs(inputs, configs, scalars=scalars, out_dtype=dtype)
     template = tensorcore_bmm_template if batch_dims else tensorcore_mm_template
     name = f"tensorcore_{op}"
     choices = V.choices.get_template_configs(kernel_inputs, [template], name)
