@@ -29,6 +29,12 @@ log = logging.getLogger("torch_overlay")
 # existing upstream files are the torch_overlay/_inductor/**/*.<name>.diff files.
 OVERLAYS: tuple[Overlay, ...] = tuple(REGISTRY.register(o) for o in (
     Overlay(
+        name="prologue_downcast",
+        purpose="prologue fusion of an fp32 -> 16-bit cast into a matmul template where the "
+                "template reads that operand about once (decode shapes)",
+        flag="prologue_fusion_downcast",
+    ),
+    Overlay(
         name="matmul_meta",
         purpose="autocast compute dtype of every mm/addmm/bmm/baddbmm as IR metadata "
                 "(MatmulMeta), with a wrapper comment per matmul",
