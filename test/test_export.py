@@ -25,7 +25,7 @@ sys.path.insert(0, str(REPO / "tools"))
 
 import export_patches  # noqa: E402
 
-NAMES = ("matmul_meta", "tensorcore_mm", "gelu_add")
+NAMES = ("prologue_downcast", "matmul_meta", "tensorcore_mm", "gelu_add")
 
 def files(d: pathlib.Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(d.iterdir())}
@@ -79,7 +79,7 @@ class TestExportPatches(TestCase):
                 export_patches.stale(export_patches.PATCHES, a), [],
                 "patches/ is stale: run `python tools/export_patches.py` and commit patches/")
             series = (a / "series").read_text().split()
-            self.assertEqual(len(series), 3)
+            self.assertEqual(len(series), len(NAMES))
             for name, patch in zip(NAMES, series):
                 self.assertIn(name, patch)
             pin = (a / "UPSTREAM_PIN").read_text()
@@ -105,7 +105,7 @@ class TestExportPatches(TestCase):
             fresh = self.export(pathlib.Path(tmp), "fresh")
             problems = export_patches.stale(export_patches.PATCHES, fresh)
         self.assertEqual(len(problems), 1, problems)
-        self.assertRegex(problems[0], r"^differs: 0003-inductor-gelu_add-")
+        self.assertRegex(problems[0], r"^differs: 0004-inductor-gelu_add-")
 
     def test_diff_that_does_not_apply_is_refused(self):
         with tempfile.TemporaryDirectory() as tmp, \
@@ -132,7 +132,7 @@ class TestExportPatches(TestCase):
 
     def test_series_shape(self):
         patches = committed_series()
-        self.assertEqual(len(patches), 3)
+        self.assertEqual(len(patches), len(NAMES))
         for name, patch in zip(NAMES, patches):
             with self.subTest(patch=patch.name):
                 text = patch.read_text()

@@ -215,7 +215,7 @@ class TestOverlays(TestCase):
     def test_every_edit_applies_and_replaces_only_what_the_series_edits(self):
         status = torch_overlay.status()
         edited = sorted({f for o in status.overlays for f in o.functions})
-        self.assertEqual(len(edited), 10)
+        self.assertEqual(len(edited), 11)
         self.assertLessEqual(len(status.replaced), len(edited))
         for overlay in status.overlays:
             self.assertEqual(overlay.state, "active", overlay.reason)
@@ -254,10 +254,11 @@ class TestOverlays(TestCase):
     def test_disabling_a_requirement_disables_its_dependants(self):
         try:
             torch_overlay.disable("matmul_meta")
-            self.assertEqual(REGISTRY.enabled(), ["gelu_add"])
+            self.assertEqual(REGISTRY.enabled(), ["prologue_downcast", "gelu_add"])
         finally:
             torch_overlay.enable()
-        self.assertEqual(REGISTRY.enabled(), ["matmul_meta", "tensorcore_mm", "gelu_add"])
+        self.assertEqual(REGISTRY.enabled(),
+                         ["prologue_downcast", "matmul_meta", "tensorcore_mm", "gelu_add"])
 
     def test_a_drifted_overlay_is_refused_and_the_rest_stays(self):
         drift = ("--- a/torch/_inductor/kernel/mm.py\n+++ b/torch/_inductor/kernel/mm.py\n"
