@@ -53,7 +53,8 @@ OVERLAYS: tuple[Overlay, ...] = tuple(REGISTRY.register(o) for o in (
     Overlay(
         name="gelu_add",
         purpose="gelu(x) + r (both approximations, fp32/bf16/fp16, broadcast r) as one "
-                "pointwise kernel named gelu_add, rounded like eager",
+                "pointwise kernel named gelu_add; eager's rounding under "
+                "emulate_precision_casts",
         flag="gelu_add_fusion",
         modules=("fx_passes.gelu_add",),
     ),

@@ -5,8 +5,9 @@ erf form for approximate='none', a tanh form for 'tanh'; on bf16/fp16 wrapped in
 fp32 and back), so ``gelu_add_pass`` recovers ``gelu(x) + r`` and ``r + gelu(x)`` with the
 pattern matcher after grad, both approximations, fp32 and bf16/fp16, ``r`` of x's shape or
 broadcast to it. Each match becomes one Pointwise node, one kernel named
-``..._fused_gelu_add_...``, computed as eager computes it: gelu in fp32, rounded to the
-16-bit dtype before the add (stock skips that rounding).
+``..._fused_gelu_add_...``, with Inductor's numerics: on bf16/fp16, gelu and the add in
+fp32, rounded once at the store. Under ``config.emulate_precision_casts`` gelu's output
+is rounded to the 16-bit dtype before the add, as eager's two kernels round it.
 
 The replacement node carries ``node.meta[GELU_ADD_META]`` (a ``GeluAddSpec``) with x as
 its first argument, so a GEMM template can take the gelu-add as its epilogue
@@ -207,7 +208,11 @@ def spec_of_match(
     if not (x.device == residual.device == out.device):
         _reject("x, residual and result are on different devices", match)
         return None
-    if round_dtype is not None and not _kernels_round_intermediates(out.device):
+    if (
+        round_dtype is not None
+        and inductor_config.emulate_precision_casts
+        and not _kernels_round_intermediates(out.device)
+    ):
         _reject(f"{out.device.type} kernels cannot round gelu's output to {round_dtype}", match)
         return None
     return GeluAddSpec(approximate, compute_dtype, round_dtype, out.dtype, residual_first)
@@ -260,7 +265,7 @@ def gelu_add_values(
         x = ops.to_dtype(x, spec.compute_dtype)
     gelu = gelu_values(x, spec.approximate, spec.compute_dtype)
     gelu_dtype = spec.compute_dtype
-    if spec.round_dtype is not None:
+    if spec.round_dtype is not None and inductor_config.emulate_precision_casts:
         # eager's gelu kernel stores bf16/fp16: round here as it does, then go on in fp32
         stored = ops.to_dtype(gelu, spec.round_dtype, use_compute_types=False)
         gelu = ops.to_dtype(stored, spec.round_dtype)
