@@ -203,6 +203,9 @@ def no_template_binary():
 
 
 class TensorCoreMMTestCase(TestCase):
+    # a class's own config entries, on top of the ones every test here runs with
+    config = {}
+
     def setUp(self):
         super().setUp()
         counters.clear()
@@ -212,6 +215,7 @@ class TensorCoreMMTestCase(TestCase):
             # stock path
             shape_padding=False,
             benchmark_epilogue_fusion=False,
+            **self.config,
         )
         self._config.__enter__()
         self._env = mock.patch.dict(os.environ, {"TORCHINDUCTOR_STRICT_FALLBACKS": "1"})
@@ -256,7 +260,6 @@ class TensorCoreMMTestCase(TestCase):
         self.assertEqual(template_kernels(code), [])
         self.assertEqual(self.counts["tensorcore_mm_template"], 0)
         self.assertGreaterEqual(self.counts[reason], 1, dict(self.counts))
-
 
     def assertLikeEager(self, actual, fn, inputs, fn64, dtype):
         """Eager autocast's dtype, and an error against fp64 on the fp32 inputs no worse
@@ -930,13 +933,9 @@ class TestTensorCoreMMGPU(TensorCoreMMTestCase):
     """On a CUDA GPU: values against eager autocast and an fp64 reference; on an H200,
     also the path its cost model takes."""
 
-    def setUp(self):
-        super().setUp()
-        # the paths asserted here are the cost model's: a choice timed on the device can
-        # go either way there (the measured choice is tested with mocked timings)
-        patch = inductor_config.patch(tensorcore_mm_measure=False)
-        patch.__enter__()
-        self.addCleanup(patch.__exit__, None, None, None)
+    # the paths asserted here are the cost model's: a choice timed on the device can go
+    # either way there (the measured choice is tested with mocked timings)
+    config = {"tensorcore_mm_measure": False}
 
     @requires_cuda_sm80
     @parametrize("op", ["mm", "addmm", "bmm", "baddbmm"])
@@ -1045,13 +1044,9 @@ class TestTensorCoreMMFreezing(TensorCoreMMTestCase):
     never an fp32 weight, and the decode kernels stream them where the cost model predicts
     a win over cuBLAS. The generated code is the H200's."""
 
-    def setUp(self):
-        super().setUp()
-        # the paths asserted here are the cost model's: a choice timed on the device can
-        # go either way there (the measured choice is tested with mocked timings)
-        patch = inductor_config.patch(tensorcore_mm_measure=False)
-        patch.__enter__()
-        self.addCleanup(patch.__exit__, None, None, None)
+    # the paths asserted here are the cost model's: a choice timed on the device can go
+    # either way there (the measured choice is tested with mocked timings)
+    config = {"tensorcore_mm_measure": False}
 
     def frozen_code(self, mod, x, enabled=True):
         """The code of the fp32 module ``mod`` frozen under bf16 autocast (CUDA tensors)."""
