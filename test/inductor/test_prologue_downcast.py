@@ -12,8 +12,12 @@ Set up as test_max_autotune.py's TestPrologueFusion (one Triton config, no fusio
 benchmarking), so the fusion decision is the heuristic's alone; the codegen checks use
 ``get_code`` (nothing runs), the values need a GPU.
 """
+import re
+from unittest import mock
+
 import torch
 from torch._inductor import config
+from torch._inductor.scheduler import FusionResult, Scheduler
 from torch._inductor.test_case import run_tests, TestCase
 from torch._inductor.utils import get_code, run_and_get_code
 from torch.testing import FileCheck
@@ -38,8 +42,16 @@ def weight_t_cast(x, w):
     return x @ w.t().to(x.dtype)
 
 
+def weight_cast_t(x, w):
+    # F.linear's order (autocast's too): the template reads the copy through its transpose
+    return x @ w.to(x.dtype).t()
+
+
 def activation_cast(x, w):
     return x.to(w.dtype) @ w
+
+
+WEIGHT_CASTS = (weight_cast, weight_t_cast, weight_cast_t)
 
 
 @instantiate_parametrized_tests
@@ -77,11 +89,11 @@ class TestPrologueDowncast(TestCase):
             w = torch.randn(K, N, device=GPU_TYPE, dtype=dtype)
         else:
             x = torch.randn(M, K, device=GPU_TYPE, dtype=dtype)
-            shape = (N, K) if fn is weight_t_cast else (K, N)
+            shape = (K, N) if fn is weight_cast else (N, K)
             w = torch.randn(shape, device=GPU_TYPE) / K**0.5
         return x, w
 
-    @parametrize("fn", (weight_cast, weight_t_cast), name_fn=lambda fn: fn.__name__)
+    @parametrize("fn", WEIGHT_CASTS, name_fn=lambda fn: fn.__name__)
     @parametrize("dtype", (torch.bfloat16, torch.float16))
     @parametrize("sizes", ((16, 256, 512), (64, 128, 256), (37, 120, 250), (1, 64, 96)))
     def test_weight_downcast_fuses_at_decode(self, fn, dtype, sizes):
@@ -89,12 +101,46 @@ class TestPrologueDowncast(TestCase):
         self.check_kernels(code, 1)
         self.check_cast_in_template(code, dtype)
 
-    @parametrize("fn", (weight_cast, weight_t_cast), name_fn=lambda fn: fn.__name__)
+    @parametrize("fn", WEIGHT_CASTS, name_fn=lambda fn: fn.__name__)
     @parametrize("M", (65, 256))
     def test_weight_downcast_refused_past_one_tile(self, fn, M):
         # each weight tile would be read, and cast, once per 64 rows or more
         code = get_code(torch.compile(fn), *self.inputs(fn, M, 128, 256, torch.bfloat16))[0]
         self.check_kernels(code, 2)
+
+    @parametrize("M", (1, 16, 64, 65))
+    def test_autocast_linear(self, M):
+        # the weight's cast fuses at decode; the activation's stays a kernel of its own
+        def fn(x, w):
+            with torch.autocast(GPU_TYPE, torch.bfloat16):
+                return torch.nn.functional.linear(x, w)
+
+        x = torch.randn(M, 128, device=GPU_TYPE)
+        w = torch.randn(256, 128, device=GPU_TYPE) / 128**0.5
+        code = get_code(torch.compile(fn), x, w)[0]
+        if M <= 64:
+            self.check_kernels(code, 2)
+            self.check_cast_in_template(code, torch.bfloat16)
+        else:
+            self.check_kernels(code, 3)
+
+    def test_unfused_downcast_keeps_its_loop_order(self):
+        # aligned to the template's read, then not fused (as a benchmark may decide):
+        # the cast kernel is the one it would have been without the flag
+        def refuse_prologues(self, node1, node2):
+            return FusionResult.fuse(not node2.is_template())
+
+        fn = weight_cast_t
+        inputs = self.inputs(fn, 16, 256, 512, torch.bfloat16)
+        with mock.patch.object(Scheduler, "speedup_by_fusion", refuse_prologues):
+            with config.patch(prologue_fusion_downcast=False):
+                off = get_code(torch.compile(fn), *inputs)[0]
+            torch._dynamo.reset()
+            on = get_code(torch.compile(fn), *inputs)[0]
+        self.check_kernels(on, 2)
+        pointwise = re.compile(r"def triton_poi\w*\(.*?\n\n", re.S)
+        self.assertEqual(len(pointwise.findall(off)), 1)
+        self.assertEqual(pointwise.findall(on), pointwise.findall(off))
 
     def test_activation_downcast_refused(self):
         # test_max_autotune.py's test_downcast, flag on: x is re-read once per column tile
@@ -123,7 +169,7 @@ class TestPrologueDowncast(TestCase):
         self.check_kernels(code, 2)
 
     @requires_gpu
-    @parametrize("fn", (weight_cast, weight_t_cast), name_fn=lambda fn: fn.__name__)
+    @parametrize("fn", WEIGHT_CASTS, name_fn=lambda fn: fn.__name__)
     @parametrize("sizes", ((16, 256, 512), (37, 120, 250)))
     def test_values(self, fn, sizes):
         x, w = self.inputs(fn, *sizes, torch.bfloat16)
@@ -131,7 +177,7 @@ class TestPrologueDowncast(TestCase):
         self.check_kernels(code[0], 1)
         self.assertEqual(out, fn(x, w), atol=0.05, rtol=0.05)
         # the kernel rounds the fp32 weight to bf16 as the cast kernel does
-        w16 = (w.t() if fn is weight_t_cast else w).to(x.dtype)
+        w16 = (w if fn is weight_cast else w.t()).to(x.dtype)
         self.assertEqual(out, (x.double() @ w16.double()).to(out.dtype), atol=0.05, rtol=0.05)
 
 
