@@ -9,7 +9,8 @@
 
 A patch is the overlay's own files, as they are; nothing is generated or rewritten. Per
 overlay (``torch_overlay.OVERLAYS``, in series order), on top of the previous patches, in
-a git tree of the pristine ``torch/_inductor`` of the installed torch (patches/UPSTREAM_PIN):
+a git tree of the pristine ``torch/_inductor`` (and ``torch/_logging``) of the installed
+torch (patches/UPSTREAM_PIN):
 
 - Edits of existing upstream files: ``git apply`` of each of its
   ``torch_overlay/_inductor/**/<stem>.<overlay>.diff`` (``Overlay.edit_files``), so the
@@ -17,7 +18,8 @@ a git tree of the pristine ``torch/_inductor`` of the installed torch (patches/U
   the very hunks of the ``.diff``). Only these primary edits, made against the release
   the series targets: the ``<stem>.<overlay>.torch-X.Y.diff`` variants beside them are
   the same edits for older releases, used at run time only. Its ``config.<overlay>.diff``
-  declares its flag in ``torch/_inductor/config.py``.
+  declares its flag in ``torch/_inductor/config.py``; a
+  ``torch_overlay/_logging/_registrations.<overlay>.diff`` registers its log artifact.
 - New upstream modules: each of ``Overlay.modules`` (``kernel.mm_tensorcore`` is
   ``torch_overlay/_inductor/kernel/mm_tensorcore.py``) copied byte for byte to
   ``torch/_inductor/kernel/mm_tensorcore.py``, with each ``templates/*.jinja`` beside it
@@ -48,6 +50,7 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 PATCHES = REPO / "patches"
 PACKAGE = REPO / "torch_overlay"
 OVERLAY_ROOT = PACKAGE / "_inductor"  # mirrors torch/_inductor
+LOGGING_EDITS = PACKAGE / "_logging"  # edits of torch/_logging: the log artifacts
 CONFIG = "torch/_inductor/config.py"
 GENERATED = ("series", "UPSTREAM_PIN")  # besides *.patch; patches/*.md are inputs
 # the scratch tree's commits: no user or system git config; each patch's author and date
@@ -165,7 +168,8 @@ def collect() -> list[OverlayExport]:
             for tpl in templates_loaded(source, read_source(source).decode()):
                 files[str(pathlib.PurePosixPath(path).parent / "templates" / tpl.name)] = tpl
         tests, test_file = overlay_tests(name)
-        diffs = [p for p in overlay.edit_files if not VARIANT.search(p.name)]
+        edits = [*overlay.edit_files, *sorted(LOGGING_EDITS.glob(f"*.{name}.diff"))]
+        diffs = [p for p in edits if not VARIANT.search(p.name)]
         out.append(OverlayExport(name, overlay.flag, tuple(overlay.requires), diffs,
                                  files, tests, test_file, PATCHES / f"{name}.md"))
     return out
@@ -284,12 +288,14 @@ def require_pinned_torch() -> None:
 
 
 def pristine_tree(dest: pathlib.Path) -> pathlib.Path:
-    """torch/_inductor/**/*.py and *.jinja of the installed torch, committed in a git repo."""
+    """torch/_inductor/**/*.py and *.jinja and torch/_logging/*.py of the installed torch,
+    committed in a git repo."""
     info = torch_info()
-    src = pathlib.Path(info["root"]) / "_inductor"
-    for path in sorted(src.rglob("*")):
+    root = pathlib.Path(info["root"])
+    paths = [*sorted((root / "_inductor").rglob("*")), *sorted((root / "_logging").glob("*.py"))]
+    for path in paths:
         if path.is_file() and path.suffix in (".py", ".jinja") and "__pycache__" not in path.parts:
-            target = dest / "torch" / "_inductor" / path.relative_to(src)
+            target = dest / "torch" / path.relative_to(root)
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, target)
     git(dest, "init", "-q", "-b", "main")

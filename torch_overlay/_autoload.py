@@ -21,21 +21,26 @@ import warnings
 TRIGGER = "torch._inductor.compile_fx"
 CONFIG = "torch._inductor.config"
 LOGS = "torch._logging._registrations"
-# The overlays' torch._logging artifacts, named before torch reads $TORCH_LOGS (an unknown
-# name there fails torch's import); their modules register the same on import.
-ARTIFACTS = {
-    "matmul_meta": "the MatmulMeta (autocast compute dtype) of each matmul Inductor lowers",
-    "tensorcore_mm": "each tensorcore_mm decision: the plan, its predictions and what was measured",
-}
+# The overlays' edits of torch/_logging/_registrations.py: on a torch patched by the series
+# they register the overlays' log artifacts; here the added statements run instead.
+LOGGING_EDITS = pathlib.Path(__file__).resolve().parent / "_logging"
 
 
 def register_artifacts() -> None:
+    """Registers the overlays' torch._logging artifacts (names already known are left as
+    they are). Runs before torch reads $TORCH_LOGS, where an unknown name fails torch's
+    import, and before an overlay module asks for its artifact logger."""
     try:
         from torch._logging._internal import log_registry, register_artifact
 
-        for name, description in ARTIFACTS.items():
+        def register_new(name: str, *args, **kwargs) -> None:
             if name not in log_registry.artifact_names:
-                register_artifact(name, description, off_by_default=True)
+                register_artifact(name, *args, **kwargs)
+
+        for diff in sorted(LOGGING_EDITS.glob("_registrations.*.diff")):
+            added = [line[1:] for line in diff.read_text().splitlines()
+                     if line.startswith("+") and not line.startswith("+++")]
+            exec(compile("\n".join(added), str(diff), "exec"), {"register_artifact": register_new})
     except Exception as e:  # never take the user's process down
         warnings.warn(f"torch_overlay: log artifacts not registered: {e}", stacklevel=2)
 

@@ -91,7 +91,8 @@ class _UpstreamModules(importlib.abc.MetaPathFinder):
 
 
 class _Adapted(importlib.abc.Loader):
-    """A new module's loader, then what an older torch needs of it (``_compat``)."""
+    """A new module's loader: the log artifacts it may ask for first, then the module, then
+    what an older torch needs of it (``_compat``)."""
 
     def __init__(self, loader: Any) -> None:
         self.loader = loader
@@ -100,8 +101,9 @@ class _Adapted(importlib.abc.Loader):
         return self.loader.create_module(spec)
 
     def exec_module(self, module: Any) -> None:
-        from . import _compat
+        from . import _autoload, _compat
 
+        _autoload.register_artifacts()  # a patched torch's _registrations.py has them
         self.loader.exec_module(module)
         _compat.adapt(module)
 

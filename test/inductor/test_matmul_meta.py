@@ -541,7 +541,8 @@ class TestMatmulMetaInductor(MatmulMetaOnly, TestCase):
                       "source=autocast", logs.output[0])
 
     def test_torch_logs_env(self):
-        # a fresh process: TORCH_LOGS is read when torch is imported
+        # a fresh process: TORCH_LOGS is read, and its artifact names checked, when torch is
+        # imported
         script = (
             "import sys\n"
             "import torch\n"
@@ -558,7 +559,7 @@ class TestMatmulMetaInductor(MatmulMetaOnly, TestCase):
             "torch.compile(f)(x, w)\n"
         )
         with tempfile.TemporaryDirectory() as cache_dir:
-            env = dict(os.environ, TORCH_LOGS="+inductor", TORCHINDUCTOR_CACHE_DIR=cache_dir)
+            env = dict(os.environ, TORCH_LOGS="matmul_meta", TORCHINDUCTOR_CACHE_DIR=cache_dir)
             proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                                   text=True, timeout=300)
         self.assertEqual(proc.returncode, 0, proc.stderr)

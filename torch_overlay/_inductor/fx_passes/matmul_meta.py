@@ -496,39 +496,8 @@ def annotate_matmuls(graph: torch.fx.Graph) -> None:
 # ---------------------------------------------------------------------------
 # 3. Lowering: attach, record, log
 
-_ARTIFACT = "matmul_meta"
-
-
-def _artifact_logger() -> Optional[logging.Logger]:
-    try:
-        from torch._logging._internal import getArtifactLogger, log_registry, register_artifact
-
-        if _ARTIFACT not in log_registry.artifact_names:
-            register_artifact(
-                _ARTIFACT,
-                "the MatmulMeta (autocast compute dtype) of each matmul Inductor lowers",
-                off_by_default=True,
-            )
-        # under torch._inductor, where torch's log handlers are
-        return getArtifactLogger("torch._inductor.fx_passes.matmul_meta", _ARTIFACT)
-    except Exception:  # a torch._logging without artifacts: the module logger only
-        log.debug("matmul_meta: no torch._logging artifact", exc_info=True)
-        return None
-
-
-_artifact_log = _artifact_logger()
-
-
-def _meta_log() -> logging.Logger:
-    if _artifact_log is not None:
-        try:
-            from torch._logging._internal import log_state
-
-            if log_state.is_artifact_enabled(_ARTIFACT):
-                return _artifact_log
-        except Exception:
-            pass
-    return log
+# TORCH_LOGS="matmul_meta"
+meta_log = torch._logging.getArtifactLogger(__name__, "matmul_meta")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -590,8 +559,8 @@ def _record(node: torch.fx.Node, meta: MatmulMeta) -> None:
             _recent.append(record)
     if node.name not in record.metas:
         record.metas[node.name] = meta
-        _meta_log().debug("matmul_meta: %s graph, node %s: %s", record.graph, node.name,
-                          meta.describe())
+        meta_log.debug("matmul_meta: %s graph, node %s: %s", record.graph, node.name,
+                       meta.describe())
 
 
 def _innermost(ir_node: Any) -> Any:

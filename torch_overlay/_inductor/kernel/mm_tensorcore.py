@@ -48,17 +48,8 @@ from . import mm_tensorcore_plan as planner
 log = logging.getLogger(__name__)
 
 
-def _plan_logger() -> logging.Logger:
-    from torch._logging._internal import getArtifactLogger, log_registry, register_artifact
-
-    if "tensorcore_mm" not in log_registry.artifact_names:
-        register_artifact("tensorcore_mm", "each tensorcore_mm decision: the plan, its "
-                          "predictions and what was measured", off_by_default=True)
-    return getArtifactLogger(__name__, "tensorcore_mm")
-
-
 # TORCH_LOGS="tensorcore_mm"
-plan_log = _plan_logger()
+plan_log = torch._logging.getArtifactLogger(__name__, "tensorcore_mm")
 aten = torch.ops.aten
 
 COUNTER = "inductor"
