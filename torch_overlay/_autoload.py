@@ -26,21 +26,30 @@ LOGS = "torch._logging._registrations"
 LOGGING_EDITS = pathlib.Path(__file__).resolve().parent / "_logging"
 
 
+_artifacts_registered = False
+
+
 def register_artifacts() -> None:
-    """Registers the overlays' torch._logging artifacts (names already known are left as
-    they are). Runs before torch reads $TORCH_LOGS, where an unknown name fails torch's
-    import, and before an overlay module asks for its artifact logger."""
+    """Registers the overlays' torch._logging artifacts, once (names already known are
+    left as they are). Runs before torch reads $TORCH_LOGS, where an unknown name fails
+    torch's import, and before an overlay module asks for its artifact logger."""
+    global _artifacts_registered
+    if _artifacts_registered:
+        return
     try:
         from torch._logging._internal import log_registry, register_artifact
+
+        from ._edits import FileDiff
 
         def register_new(name: str, *args, **kwargs) -> None:
             if name not in log_registry.artifact_names:
                 register_artifact(name, *args, **kwargs)
 
-        for diff in sorted(LOGGING_EDITS.glob("_registrations.*.diff")):
-            added = [line[1:] for line in diff.read_text().splitlines()
-                     if line.startswith("+") and not line.startswith("+++")]
-            exec(compile("\n".join(added), str(diff), "exec"), {"register_artifact": register_new})
+        for path in sorted(LOGGING_EDITS.glob("_registrations.*.diff")):
+            diff = FileDiff.read(path)
+            source = "\n".join(line for hunk in diff.hunks for line in hunk.added)
+            exec(compile(source, str(path), "exec"), {"register_artifact": register_new})
+        _artifacts_registered = True
     except Exception as e:  # never take the user's process down
         warnings.warn(f"torch_overlay: log artifacts not registered: {e}", stacklevel=2)
 
