@@ -24,11 +24,13 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent / "inductor"))
 import test_gelu_add  # noqa: E402
 import test_matmul_meta  # noqa: E402
 import test_tensorcore_mm  # noqa: E402
+import test_tensorcore_mm_decode  # noqa: E402
 
 
 def goldens(module: Any, cls: type, tests: list[str]) -> type:
     """``cls`` with only ``tests``, each also comparing the code of its first ``get_code``
-    with the expect file of the same class and test name."""
+    (``module``'s, which the tests call) with the expect file of the same class and test
+    name."""
 
     def golden(name: str) -> Any:
         def test(self: Any) -> None:
@@ -56,10 +58,14 @@ def goldens(module: Any, cls: type, tests: list[str]) -> type:
 APPROXIMATIONS = ("none", "tanh")
 
 TestTensorCoreMMCodegen = goldens(test_tensorcore_mm, test_tensorcore_mm.TestTensorCoreMMCodegen, [
-    "test_decode", "test_decode_epilogue", "test_decode_split_k", "test_gemv", "test_prefill",
+    "test_decode", "test_decode_epilogue", "test_decode_split_k", "test_prefill",
     "test_prefill_epilogue", "test_stock_kept", "test_dynamic_m_bounded"])
-TestTensorCoreMMFreezing = goldens(test_tensorcore_mm, test_tensorcore_mm.TestTensorCoreMMFreezing,
-                                   ["test_frozen_decode", "test_frozen_gemv"])
+# (their test case compiles through test_tensorcore_mm's get_code)
+TestTensorCoreMMGemvCodegen = goldens(
+    test_tensorcore_mm, test_tensorcore_mm_decode.TestTensorCoreMMGemvCodegen, ["test_gemv"])
+TestTensorCoreMMFreezing = goldens(
+    test_tensorcore_mm, test_tensorcore_mm_decode.TestTensorCoreMMFreezing,
+    ["test_frozen_decode", "test_frozen_gemv"])
 GeluAddPointwiseTests = goldens(test_gelu_add, test_gelu_add.GeluAddPointwiseTests, [
     f"test_pointwise_{dtype}_approximate_{a}" for dtype in ("bf16", "fp32") for a in APPROXIMATIONS
 ] + ["test_broadcast_residual"])

@@ -25,7 +25,8 @@ sys.path.insert(0, str(REPO / "tools"))
 
 import export_patches  # noqa: E402
 
-NAMES = ("prologue_downcast", "matmul_meta", "tensorcore_mm", "gelu_add")
+NAMES = ("prologue_downcast", "matmul_meta", "tensorcore_mm", "tensorcore_mm_decode", "gelu_add")
+PARTS = {"tensorcore_mm_decode": "tensorcore_mm"}  # a further patch of an overlay
 
 def files(d: pathlib.Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(d.iterdir())}
@@ -105,7 +106,18 @@ class TestExportPatches(TestCase):
             fresh = self.export(pathlib.Path(tmp), "fresh")
             problems = export_patches.stale(export_patches.PATCHES, fresh)
         self.assertEqual(len(problems), 1, problems)
-        self.assertRegex(problems[0], r"^differs: 0004-inductor-gelu_add-")
+        self.assertRegex(problems[0], r"^differs: 0005-inductor-gelu_add-")
+
+    def test_part_diff_that_is_not_the_edit_is_refused(self):
+        # the module's file changed where the part's edit is: the part's .diff no longer
+        # takes it back to the overlay's own patch
+        with tempfile.TemporaryDirectory() as tmp, \
+                edited_source("kernel/mm_tensorcore.py", "def _lower_gemv(", "def _lower_gemv_(",
+                              "result, sums = _lower_gemv(", "result, sums = _lower_gemv_("):
+            with self.assertRaisesRegex(export_patches.ExportError,
+                                        r"part tensorcore_mm_decode: .*mm_tensorcore\.tensorcore_mm_decode"
+                                        r"\.diff is not the edit"):
+                self.export(pathlib.Path(tmp), "x")
 
     def test_diff_that_does_not_apply_is_refused(self):
         with tempfile.TemporaryDirectory() as tmp, \
@@ -138,9 +150,14 @@ class TestExportPatches(TestCase):
                 text = patch.read_text()
                 self.assertIn(f"Subject: [PATCH] [inductor] {name}: ", text)
                 parsed = export_patches.parse_diff(text)
-                # each patch declares its feature's flag in config.py
-                self.assertIn("torch/_inductor/config.py", parsed)
-                self.assertTrue(parsed["torch/_inductor/config.py"].added)
+                if name in PARTS:
+                    # a part edits its overlay's new modules, under the overlay's flag
+                    self.assertIn("torch/_inductor/kernel/mm_tensorcore.py", parsed)
+                    self.assertFalse(parsed["torch/_inductor/kernel/mm_tensorcore.py"].new_file)
+                else:
+                    # each overlay's patch declares its feature's flag in config.py
+                    self.assertIn("torch/_inductor/config.py", parsed)
+                    self.assertTrue(parsed["torch/_inductor/config.py"].added)
                 added = [(path, line) for path, fp in parsed.items() for line in fp.added.values()]
                 # no added line names the project, tests included (the GPU-free harness
                 # reaches them from outside, as a pytest plugin)

@@ -1,13 +1,13 @@
 """tensorcore_mm's numerics, project-only: what the exported test/inductor/test_tensorcore_mm.py
-cannot carry upstream.
+and test_tensorcore_mm_decode.py cannot carry upstream.
 
 - ``TestTensorCoreMMInterpreter``: the generated kernels' values, run by Triton's
   interpreter on the CPU (GPU-free; the kernels come from the faked H200 of the pytest
   plugin torch_overlay.testing.gpu_free).
 - ``TestValueCriterion``: torch_overlay.testing.numerics (the criterion the GPU tests
   below and tools/check_tensorcore_mm.py share), GPU-free on emulated eager results.
-- ``TestTensorCoreMMGPUCriterion`` / ``TestTensorCoreMMFreezingCriterion``: the exported
-  file's value tests on the GPU again, judged by numerics.compare/verdict (the exported
+- ``TestTensorCoreMMGPUCriterion``, ``...GemvGPUCriterion``, ``...FreezingCriterion``: the
+  exported files' value tests on the GPU again, judged by numerics.compare/verdict (the exported
   file checks dtype and the error against fp64 only).
 - ``TestTensorCoreMMFreezingHarness``: the plugin keeps frozen parameters of one shape
   apart.
@@ -37,6 +37,7 @@ from torch_overlay.testing import numerics
 # the exported test module, as pytest imports it (test/inductor has no __init__.py)
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent / "inductor"))
 import test_tensorcore_mm as exported  # noqa: E402
+import test_tensorcore_mm_decode as exported_decode  # noqa: E402
 
 BF16, FP16, FP32 = exported.BF16, exported.FP16, exported.FP32
 TensorCoreMMTestCase = exported.TensorCoreMMTestCase
@@ -267,7 +268,13 @@ class TestTensorCoreMMGPUCriterion(exported.TestTensorCoreMMGPU):
 only_tests(TestTensorCoreMMGPUCriterion, "test_values", "test_dynamic_m")
 
 
-class TestTensorCoreMMFreezingCriterion(exported.TestTensorCoreMMFreezing):
+class TestTensorCoreMMGemvGPUCriterion(exported_decode.TestTensorCoreMMGemvGPU):
+    """The exported one-row value tests, judged by numerics."""
+
+    assertLikeEager = numerics_assert_like_eager
+
+
+class TestTensorCoreMMFreezingCriterion(exported_decode.TestTensorCoreMMFreezing):
     """The exported frozen value tests, judged by numerics."""
 
     assertLikeEager = numerics_assert_like_eager
@@ -283,14 +290,14 @@ class TestTensorCoreMMFreezingHarness(TensorCoreMMTestCase):
         class Two(torch.nn.Module):
             def __init__(self):
                 super().__init__()
-                self.a = exported.frozen_linear(256, 256, seed=1)
-                self.b = exported.frozen_linear(256, 256, seed=2)
+                self.a = exported_decode.frozen_linear(256, 256, seed=1)
+                self.b = exported_decode.frozen_linear(256, 256, seed=2)
 
             def forward(self, x):
                 return self.a(x) + self.b(x)
 
         with torch.no_grad(), inductor_config.patch(freezing=True):
-            code = self.cuda_code(exported.under_bf16_autocast, Two().to(GPU_TYPE),
+            code = self.cuda_code(exported_decode.under_bf16_autocast, Two().to(GPU_TYPE),
                                   torch.randn(4, 256, device=GPU_TYPE), enabled=False)
         consts = set(re.findall(r"^(_frozen_param\d+) = None  # [^\n]*\(256, 256\)", "\n".join(code), re.M))
         self.assertEqual(len(consts), 2, consts)

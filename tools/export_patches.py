@@ -28,6 +28,10 @@ torch (patches/UPSTREAM_PIN):
   (``test/inductor/expect/``), byte for byte: the project runs the very files upstream gets.
 - Commit message: ``patches/<name>.md`` (the subject ``[inductor] <name>: ...``, a blank
   line, the body), written by hand: the PR text lives there, not in the modules.
+- Parts (``Overlay.parts``): an overlay the series splits is its first patch with its new
+  modules as they are less what each part adds, written as the part's
+  ``<module>.<part>.diff`` (reversed here); each part is a further patch of those
+  diffs, its ``test/inductor/test_<part>.py`` and ``patches/<part>.md``.
 
 then ``git format-patch`` of the commits.
 """
@@ -108,6 +112,7 @@ class OverlayExport:
     tests: dict[str, pathlib.Path]  # upstream path -> source file (test, expect files)
     test_file: str                 # its test module, tree-relative (test/inductor/test_<name>.py)
     message: pathlib.Path          # patches/<name>.md
+    part_of: str | None = None     # a further patch of this overlay (Overlay.parts)
 
 
 def load_registry():
@@ -172,6 +177,14 @@ def collect() -> list[OverlayExport]:
         diffs = [p for p in edits if not VARIANT.search(p.name)]
         out.append(OverlayExport(name, overlay.flag, tuple(overlay.requires), diffs,
                                  files, tests, test_file, PATCHES / f"{name}.md"))
+        for part in overlay.parts:
+            # its edits of the overlay's new modules: the modules' files hold them
+            diffs = sorted(OVERLAY_ROOT.rglob(f"*.{part}.diff"))
+            if not diffs:
+                raise ExportError(f"overlay {name}: part {part} has no *.{part}.diff")
+            tests, test_file = overlay_tests(part)
+            out.append(OverlayExport(part, overlay.flag, (name,), diffs, {}, tests, test_file,
+                                     PATCHES / f"{part}.md", part_of=name))
     return out
 
 
@@ -340,11 +353,17 @@ def commit_message(overlay: OverlayExport) -> str:
 
 
 def _apply_diff(repo: pathlib.Path, overlay: OverlayExport, diff: pathlib.Path,
-                staging: pathlib.Path, info: dict[str, str]) -> None:
+                staging: pathlib.Path, info: dict[str, str], reverse: bool = False) -> None:
     staged = staging / overlay.name / diff.name
     staged.parent.mkdir(parents=True, exist_ok=True)
     staged.write_bytes(read_source(diff))
-    proc = git(repo, "apply", "--whitespace=nowarn", "-v", str(staged), check=False)
+    proc = git(repo, "apply", "--whitespace=nowarn", "-v", *(["-R"] if reverse else []),
+               str(staged), check=False)
+    if proc.returncode != 0 and reverse:
+        raise ExportError(f"part {overlay.name}: {rel(diff)} is not the edit that makes "
+                          f"{overlay.part_of}'s module what its file holds (regenerate it "
+                          "with `git diff` from the module without the part):\n"
+                          + _hunk_report(proc.stderr))
     if proc.returncode != 0:
         raise ExportError(f"overlay {overlay.name}: {rel(diff)} does not apply to the pristine "
                           f"torch/_inductor of torch {info['torch']} with the earlier patches:\n"
@@ -366,6 +385,10 @@ def build_series(out_dir: pathlib.Path, work: pathlib.Path) -> list[str]:
                                   "existing file by a .diff, add only new files")
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(read_source(source))
+        # the new modules without what the overlay's later parts add to them
+        for part in reversed([o for o in overlays if o.part_of == overlay.name]):
+            for diff in reversed(part.diffs):
+                _apply_diff(repo, part, diff, work / "diffs", info, reverse=True)
         git(repo, "add", "-A")
         git(repo, "commit", "-q", "--cleanup=whitespace", "-F", "-", input=commit_message(overlay),
             env=authorship(overlay))
@@ -506,7 +529,7 @@ def audit_patch(tree: pathlib.Path, patch: pathlib.Path, overlay: OverlayExport)
             except SyntaxError as e:
                 problems.append(f"{path}: does not parse: {e}")
     flag = re.compile(rf"^{re.escape(overlay.flag)}\s*(:[^=]*)?=")
-    if not any(flag.match(text) for text in files.get(CONFIG, FilePatch(CONFIG, False, [], {})).added.values()):
+    if overlay.part_of is None and not any(flag.match(text) for text in files.get(CONFIG, FilePatch(CONFIG, False, [], {})).added.values()):
         problems.append(f"{CONFIG}: the patch does not declare the flag {overlay.flag}")
     for path, source in {**overlay.tests}.items():
         target = tree / path
@@ -716,7 +739,7 @@ def check(run_tests: bool = True, compare_junit: pathlib.Path | None = None,
         overlays = collect()
         names = [l.strip() for l in (PATCHES / "series").read_text().splitlines() if l.strip()]
         if len(names) != len(overlays):
-            print("patches/series does not have one patch per overlay", file=sys.stderr)
+            print("patches/series does not have one patch per overlay and part", file=sys.stderr)
             return 1
         ok = True
         patched: dict[str, RunResult] = {}

@@ -49,6 +49,8 @@ OVERLAYS: tuple[Overlay, ...] = tuple(REGISTRY.register(o) for o in (
         modules=("kernel.mm_tensorcore_plan", "kernel.mm_tensorcore",
                  "template_heuristics.tensorcore_mm"),
         requires=("matmul_meta",),
+        # one row as a reduction over K, frozen 16-bit weights
+        parts=("tensorcore_mm_decode",),
     ),
     Overlay(
         name="gelu_add",

@@ -297,27 +297,12 @@ class TestCostModel(TestCase):
         plan = planner.plan(self.linear_problem(*mnk), H200)
         self.assertEqual(plan.path, "stock", plan.describe())
 
-    @parametrize("mnk", [(1, 4096, 4096), (1, 11008, 4096), (1, 4096, 11008)],
-                 name_fn=lambda mnk: "x".join(map(str, mnk)))
-    def test_one_row_takes_gemv(self, mnk):
-        # H200, 1x4096x4096: the reduction took 22.0 us, the template 29.5, stock 47.3
-        plan = planner.plan(self.linear_problem(*mnk), H200)
-        self.assertEqual(plan.path, "gemv", plan.describe())
-        preds = {q.label: q.seconds for q in plan.predictions}
-        self.assertLess(preds["gemv"], min(v for k, v in preds.items() if k != "gemv"))
-        batched = dataclasses.replace(self.linear_problem(*mnk), op="bmm", batch=2)
-        self.assertEqual(planner.plan(batched, H200).path, "template")
-        # a symbolic M whose hint is 1 must serve larger M too: never the reduction
-        dynamic = planner.plan_dynamic_m(self.linear_problem(*mnk), H200, 64)
-        self.assertEqual(dynamic.path, "template", dynamic.describe())
-
     def test_plan_per_shape(self):
         # H200: at 1024x4096x4096 the weight cast in the kernel, 256x128x64 s3 swap, took
         # 70.1 us against stock's 88.0; at 2048 134.9 against 138.2 (no clear win: stock)
         T = planner.TileConfig
         decode = T(16, 32, 128, 8, 4, 6)
         expected = {
-            (1, 4096, 4096): ("gemv", False, False, None),
             (16, 4096, 4096): ("template", True, True, decode),
             # one 128-row tile streams the fp32 weight once (H200: 34.7 us, 64x64x64 s6 36.3)
             (128, 4096, 4096): ("template", False, True, T(128, 32, 128, 8, 4, 4)),
@@ -474,38 +459,6 @@ class TestTensorCoreMMCodegen(TensorCoreMMTestCase):
         src = kernel_source(code, template_kernels(code)[0])
         self.assertIn("SPLIT_K : tl.constexpr = 2", src)
         self.assertRegex("\n".join(code), r"workspace_\d+\.zero_\(\)")
-
-    def test_gemv(self):
-        # M=1: one reduction over K reads the fp32 x, w and bias, rounds them to bf16
-        # in registers and sums in fp32; the bias and the rounding follow in the kernel
-        code = self.cuda_code(linear(), *gpu_randn((1, 4096), (4096, 4096), (4096,)))
-        self.assertEqual(template_kernels(code), [])
-        self.assertEqual(cast_kernels(code), [])
-        self.assertEqual(self.counts["tensorcore_mm_gemv"], 1)
-        (name,) = re.findall(r"(triton_red_fused_\w+?_\d+)\.run\(", "\n".join(code))
-        src = kernel_source(code, name)
-        self.assertNotRegex("\n".join(code), r"extern_kernels\.\w+\(")
-        FileCheck().check("tl.load").check(".to(tl.bfloat16)").check(".to(tl.float32)").check(
-            "tl.sum").check(".to(tl.bfloat16)").check("tl.store").run(src)
-
-    def test_one_row_of_a_row_major_weight_takes_the_template(self):
-        # Conv1D's [K, N] weight: a gemv's dot per column would read it across rows
-        def fn(x, w):
-            with torch.autocast("cuda", dtype=torch.bfloat16):
-                return x @ w
-
-        code = self.cuda_code(fn, *gpu_randn((1, 4096), (4096, 4096)))
-        self.assertEqual(self.counts["tensorcore_mm_gemv"], 0)
-        self.assertTemplate(code)
-
-    @parametrize("op", ["mm", "addmm"])
-    @parametrize("dtype", [BF16, FP16], name_fn=dtype_name)
-    def test_gemv_ops(self, op, dtype):
-        inputs = matmul_inputs(op, 1, 999, 1001, device=GPU_TYPE)
-        code = self.cuda_code(matmul_op(op, dtype), *inputs)
-        self.assertEqual(self.counts["tensorcore_mm_gemv"], 1, dict(self.counts))
-        self.assertEqual(template_kernels(code) + cast_kernels(code), [])
-        self.assertIn(f".to(tl.{dtype_name(dtype)})", "\n".join(code))
 
     def test_prefill(self):
         # M=128: the weight and bias cast in the template; x by its own kernel, since
@@ -944,8 +897,8 @@ class TestTensorCoreMMGPU(TensorCoreMMTestCase):
     @requires_cuda_sm80
     @parametrize("op", ["mm", "addmm", "bmm", "baddbmm"])
     @parametrize("dtype", [BF16, FP16], name_fn=dtype_name)
-    # the last splits K (mm, addmm); M=1 takes the gemv reduction (mm, addmm)
-    @parametrize("mnk", [(1, 4096, 4096), (1, 1001, 999), (16, 4096, 4096), (37, 1001, 999),
+    # the last splits K (mm, addmm)
+    @parametrize("mnk", [(2, 4096, 4096), (3, 1001, 999), (16, 4096, 4096), (37, 1001, 999),
                          (128, 256, 136), (200, 96, 4095), (16, 1024, 4096)],
                  name_fn=lambda mnk: "x".join(map(str, mnk)))
     def test_values(self, op, dtype, mnk):
@@ -955,10 +908,7 @@ class TestTensorCoreMMGPU(TensorCoreMMTestCase):
         self.assertLikeEager(out, fn, inputs, lambda *d: emulate_fp64(op, d), dtype)
         if not IS_H200:
             return
-        if mnk[0] == 1 and op in ("mm", "addmm"):  # one row: a reduction kernel
-            self.assertEqual(template_kernels(code), [])
-            self.assertEqual(self.counts["tensorcore_mm_gemv"], 1, dict(self.counts))
-        elif (op, mnk) in STOCK_BY_COST_MODEL:
+        if (op, mnk) in STOCK_BY_COST_MODEL:
             self.assertEqual(template_kernels(code), [])
             self.assertGreaterEqual(self.counts["tensorcore_mm_stock:cost_model"], 1, dict(self.counts))
         else:
@@ -1018,167 +968,6 @@ class TestTensorCoreMMGPU(TensorCoreMMTestCase):
             torch.testing.assert_close(got, want, atol=2e-2, rtol=5e-2)
 
 
-# ----------------------------------------------------------------------- freezing
-
-def frozen_linear(n, k, bias=True, seed=0):
-    """An fp32 nn.Linear whose parameters Inductor's freezing folds into bf16 constants."""
-    g = torch.Generator().manual_seed(seed)
-    lin = torch.nn.Linear(k, n, bias=bias).requires_grad_(False)
-    lin.weight.copy_(torch.randn(n, k, generator=g) / k**0.5)
-    if bias:
-        lin.bias.copy_(torch.randn(n, generator=g))
-    return lin
-
-
-def under_bf16_autocast(mod, x):
-    with torch.autocast("cuda", dtype=torch.bfloat16):
-        return mod(x)
-
-
-def constant_args(code, kernel):
-    """The arguments of ``kernel``'s launch in the wrapper."""
-    m = re.search(rf"{kernel}\.run\(([^)]*)\)", "\n".join(code))
-    assert m is not None, kernel
-    return [a.strip() for a in m.group(1).split(",")]
-
-
-class TestTensorCoreMMFreezing(TensorCoreMMTestCase):
-    """``torch._inductor.config.freezing``: the autocast casts of fp32 parameters are
-    folded into bf16 constants before this lowering runs; the matmul reads them as stored,
-    never an fp32 weight, and the decode kernels stream them where the cost model predicts
-    a win over cuBLAS. The generated code is the H200's."""
-
-    # the paths asserted here are the cost model's: a choice timed on the device can go
-    # either way there (the measured choice is tested with mocked timings)
-    config = {"tensorcore_mm_measure": False}
-
-    def frozen_code(self, mod, x, enabled=True):
-        """The code of the fp32 module ``mod`` frozen under bf16 autocast (CUDA tensors)."""
-        with torch.no_grad(), inductor_config.patch(freezing=True):
-            return self.cuda_code(under_bf16_autocast, mod, x, enabled=enabled)
-
-    def assertReadsBf16Constants(self, code, kernel):
-        src = kernel_source(code, kernel)
-        signature = re.search(r"'signature': \{([^}]*)\}", src).group(1)
-        args = constant_args(code, kernel)
-        frozen = [i for i, a in enumerate(args) if a.startswith("_frozen_param")]
-        self.assertTrue(frozen, args)
-        types = re.findall(r"'(\w+)': '(\*?\w+)'", signature)
-        for i in frozen:  # each frozen constant is read as bf16
-            self.assertEqual(types[i][1], "*bf16", (args[i], types))
-        # the fp32 parameters are not arguments of the graph
-        self.assertNotRegex("\n".join(code), r"_frozen_param\d+ = None  # [^\n]*torch\.float32 \((4096|14336), ")
-
-    @requires_h200
-    def test_frozen_decode(self):
-        # M=16, 4096x4096: one template kernel reads the fp32 x (cast in registers), the
-        # bf16 weight and bias constants freezing folded; no cast kernel, no cuBLAS call
-        code = self.frozen_code(frozen_linear(4096, 4096).to(GPU_TYPE), torch.randn(16, 4096, device=GPU_TYPE))
-        self.assertTemplate(code)
-        self.assertEqual(self.counts["tensorcore_mm_template_frozen"], 1)
-        (kernel,) = template_kernels(code)
-        self.assertReadsBf16Constants(code, kernel)
-        self.assertNotIn("extern_kernels.", "\n".join(code))
-
-    @requires_h200
-    def test_frozen_gemv(self):
-        # M=1: the gemv reduction over K reads the bf16 weight constant (K contiguous)
-        code = self.frozen_code(frozen_linear(4096, 4096).to(GPU_TYPE), torch.randn(1, 4096, device=GPU_TYPE))
-        self.assertEqual(self.counts["tensorcore_mm_gemv_frozen"], 1, dict(self.counts))
-        self.assertEqual(template_kernels(code) + cast_kernels(code), [])
-        (kernel,) = re.findall(r"(triton_red_fused_\w+?_\d+)\.run\(", "\n".join(code))
-        self.assertReadsBf16Constants(code, kernel)
-        # x (fp32) rounded to bf16 in registers; the weight loaded as bf16, then fp32 sums
-        FileCheck().check("tl.load(in_ptr0").check("tl.load(in_ptr1").check(
-            ".to(tl.bfloat16)").check("tl.sum").check("tl.store").run(kernel_source(code, kernel))
-
-    @requires_h200
-    def test_frozen_prefill_is_frozen_stock(self):
-        # M=256: cuBLAS on the bf16 constant, as frozen stock (same code, metadata aside)
-        mod, x = frozen_linear(1024, 4096).to(GPU_TYPE), torch.randn(256, 4096, device=GPU_TYPE)
-        code = self.frozen_code(mod, x)
-        self.assertEqual(template_kernels(code), [])
-        self.assertGreaterEqual(self.counts["tensorcore_mm_stock:cost_model"], 1, dict(self.counts))
-        stock = self.frozen_code(mod, x, enabled=False)
-        self.assertEqual(comparable(code), comparable(stock))
-        self.assertIn("extern_kernels.addmm(_frozen_param", "\n".join(code))
-
-    @requires_h200
-    def test_frozen_16bit_x_where_cublas_is_not_beaten_is_stock(self):
-        # x already bf16 (a norm's output in a model), 16x4096x4096: the template would
-        # only stream the weight about as cuBLAS does: stock, counted as such
-        def fn(mod, x):
-            with torch.autocast("cuda", dtype=torch.bfloat16):
-                return mod(torch.relu(x).to(torch.bfloat16))
-
-        mod = frozen_linear(4096, 4096, bias=False).to(GPU_TYPE)
-        x = torch.randn(16, 4096, device=GPU_TYPE)
-        with torch.no_grad(), inductor_config.patch(freezing=True):
-            code = self.cuda_code(fn, mod, x)
-        self.assertEqual(template_kernels(code), [])
-        self.assertEqual(self.counts["tensorcore_mm_stock:cost_model_frozen"], 1, dict(self.counts))
-
-    @requires_h200
-    def test_frozen_concatenated_linears(self):
-        # freezing concatenates linears that share their input (Llama's w1, w3) into one
-        # mm traced anew, without autocast's marks: still a bf16 mm of a frozen weight
-        class GatedUp(torch.nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.w1 = frozen_linear(14336, 4096, bias=False, seed=1)
-                self.w3 = frozen_linear(14336, 4096, bias=False, seed=2)
-
-            def forward(self, x):
-                return F.silu(self.w1(x)) * self.w3(x)
-
-        code = self.frozen_code(GatedUp().to(GPU_TYPE), torch.randn(16, 4096, device=GPU_TYPE))
-        self.assertEqual(self.counts["tensorcore_mm_template_frozen"], 1, dict(self.counts))
-        (kernel,) = template_kernels(code)
-        self.assertReadsBf16Constants(code, kernel)
-        self.assertRegex("\n".join(code), r"torch\.bfloat16 \(4096, 28672\)")  # w1|w3, one constant
-
-    def test_plans_for_a_frozen_weight(self):
-        op = planner.Operand
-
-        def problem(m, n, k, x_fp32=True):
-            return planner.Problem("addmm" if x_fp32 else "mm", 1, m, n, k, op(m * k, x_fp32),
-                                      op(n * k, False), op(n, False) if x_fp32 else None,
-                                      weight16=True)
-
-        paths = {mnk: planner.plan(problem(*mnk), H200).path for mnk in [
-            (1, 4096, 4096), (16, 4096, 4096), (16, 14336, 4096), (1, 4096, 14336),
-            (1, 14336, 4096), (64, 14336, 4096), (256, 14336, 4096), (16, 4096, 14336)]}
-        self.assertEqual(paths, {
-            (1, 4096, 4096): "gemv", (16, 4096, 4096): "template", (16, 14336, 4096): "template",
-            # one row: the gemv, never a 16-row tile (H200: 0.0438 ms against 0.0475)
-            (1, 4096, 14336): "gemv", (1, 14336, 4096): "gemv",
-            # beyond decode, and where one tile an SM streams no faster than cuBLAS: stock
-            (64, 14336, 4096): "stock", (256, 14336, 4096): "stock", (16, 4096, 14336): "stock"})
-        plan = planner.plan(problem(16, 14336, 4096), H200)
-        self.assertFalse(plan.fused_b)  # the weight is read as stored, 2 bytes an element
-        self.assertTrue(plan.fused_a)
-        # batched, or a device without the cuBLAS rate measured: as before (no 16-bit path)
-        batched = dataclasses.replace(problem(16, 14336, 4096, x_fp32=False), op="bmm", batch=2)
-        self.assertEqual(planner.plan(batched, H200).path, "stock")
-        unknown = dataclasses.replace(H200, stream_cublas16=0.0)
-        self.assertEqual(planner.plan(problem(16, 14336, 4096, x_fp32=False), unknown).path,
-                         "stock")
-
-    @requires_cuda_sm80
-    @parametrize("mnk", [(1, 4096, 4096), (16, 4096, 4096), (1, 14336, 4096), (16, 14336, 4096),
-                         (4, 14336, 4096), (1, 4096, 14336), (64, 14336, 4096)],
-                 name_fn=lambda mnk: "x".join(map(str, mnk)))
-    def test_frozen_values_GPU(self, mnk):
-        # against eager autocast on the fp32 parameters and an fp64 reference
-        m, n, k = mnk
-        lin = frozen_linear(n, k).to(GPU_TYPE)
-        x = torch.randn(m, k, device=GPU_TYPE)
-        with torch.no_grad(), inductor_config.patch(freezing=True):
-            out, code = self.compile_and_run(under_bf16_autocast, lin, x)
-        self.assertIn("_frozen_param", "\n".join(code))
-        self.assertLikeEager(out, linear(), [x, lin.weight, lin.bias], F.linear, BF16)
-
-
 def emulate_fp64(op, inputs):
     d = [t.double() for t in inputs]
     if op == "mm":
@@ -1194,7 +983,6 @@ instantiate_parametrized_tests(TestCostModel)
 instantiate_parametrized_tests(TestTensorCoreMMCodegen)
 instantiate_parametrized_tests(TestTensorCoreMMFallback)
 instantiate_parametrized_tests(TestTensorCoreMMGPU)
-instantiate_parametrized_tests(TestTensorCoreMMFreezing)
 
 if __name__ == "__main__":
     run_tests()
