@@ -25,6 +25,8 @@ import test_gelu_add  # noqa: E402
 import test_matmul_meta  # noqa: E402
 import test_tensorcore_mm  # noqa: E402
 import test_tensorcore_mm_decode  # noqa: E402
+import test_tensorcore_mm_dynamic  # noqa: E402
+import test_tensorcore_mm_gelu_add  # noqa: E402
 
 
 def goldens(module: Any, cls: type, tests: list[str]) -> type:
@@ -59,8 +61,11 @@ APPROXIMATIONS = ("none", "tanh")
 
 TestTensorCoreMMCodegen = goldens(test_tensorcore_mm, test_tensorcore_mm.TestTensorCoreMMCodegen, [
     "test_decode", "test_decode_epilogue", "test_decode_split_k", "test_prefill",
-    "test_prefill_epilogue", "test_stock_kept", "test_dynamic_m_bounded"])
-# (their test case compiles through test_tensorcore_mm's get_code)
+    "test_prefill_epilogue", "test_stock_kept"])
+# (their test cases compile through test_tensorcore_mm's and test_gelu_add's get_code)
+TestTensorCoreMMDynamicCodegen = goldens(
+    test_tensorcore_mm, test_tensorcore_mm_dynamic.TestTensorCoreMMDynamicCodegen,
+    ["test_dynamic_m_bounded"])
 TestTensorCoreMMGemvCodegen = goldens(
     test_tensorcore_mm, test_tensorcore_mm_decode.TestTensorCoreMMGemvCodegen, ["test_gemv"])
 TestTensorCoreMMFreezing = goldens(
@@ -69,7 +74,7 @@ TestTensorCoreMMFreezing = goldens(
 GeluAddPointwiseTests = goldens(test_gelu_add, test_gelu_add.GeluAddPointwiseTests, [
     f"test_pointwise_{dtype}_approximate_{a}" for dtype in ("bf16", "fp32") for a in APPROXIMATIONS
 ] + ["test_broadcast_residual"])
-GeluAddEpilogueTests = goldens(test_gelu_add, test_gelu_add.GeluAddEpilogueTests, [
+GeluAddEpilogueTests = goldens(test_gelu_add, test_tensorcore_mm_gelu_add.GeluAddEpilogueTests, [
     f"test_gemm_epilogue_bf16_approximate_{a}" for a in APPROXIMATIONS])
 TestMatmulMetaCUDACodegen = goldens(test_matmul_meta, test_matmul_meta.TestMatmulMetaCUDACodegen,
                                     ["test_autocast_linear"])

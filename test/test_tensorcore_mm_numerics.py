@@ -38,6 +38,7 @@ from torch_overlay.testing import numerics
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent / "inductor"))
 import test_tensorcore_mm as exported  # noqa: E402
 import test_tensorcore_mm_decode as exported_decode  # noqa: E402
+import test_tensorcore_mm_dynamic as exported_dynamic  # noqa: E402
 
 BF16, FP16, FP32 = exported.BF16, exported.FP16, exported.FP32
 TensorCoreMMTestCase = exported.TensorCoreMMTestCase
@@ -260,12 +261,18 @@ def only_tests(cls, *prefixes):
 
 
 class TestTensorCoreMMGPUCriterion(exported.TestTensorCoreMMGPU):
-    """The exported GPU value tests (test_values, test_dynamic_m), judged by numerics."""
+    """The exported GPU value tests (test_values), judged by numerics."""
 
     assertLikeEager = numerics_assert_like_eager
 
 
-only_tests(TestTensorCoreMMGPUCriterion, "test_values", "test_dynamic_m")
+only_tests(TestTensorCoreMMGPUCriterion, "test_values")
+
+
+class TestTensorCoreMMDynamicGPUCriterion(exported_dynamic.TestTensorCoreMMDynamicGPU):
+    """The exported symbolic-M value test, judged by numerics."""
+
+    assertLikeEager = numerics_assert_like_eager
 
 
 class TestTensorCoreMMGemvGPUCriterion(exported_decode.TestTensorCoreMMGemvGPU):

@@ -28,10 +28,10 @@ torch (patches/UPSTREAM_PIN):
   (``test/inductor/expect/``), byte for byte: the project runs the very files upstream gets.
 - Commit message: ``patches/<name>.md`` (the subject ``[inductor] <name>: ...``, a blank
   line, the body), written by hand: the PR text lives there, not in the modules.
-- Parts (``Overlay.parts``): an overlay the series splits is its first patch with its new
-  modules as they are less what each part adds, written as the part's
-  ``<module>.<part>.diff`` (reversed here); each part is a further patch of those
-  diffs, its ``test/inductor/test_<part>.py`` and ``patches/<part>.md``.
+- Parts (``Overlay.parts``): further patches after their overlay's, each the
+  ``<module>.<part>.diff`` edits of new modules of that or an earlier overlay, its
+  ``test/inductor/test_<part>.py`` and ``patches/<part>.md``. A module's file holds every
+  part's edit: the patch that adds it writes it less those (the diffs reversed).
 
 then ``git format-patch`` of the commits.
 """
@@ -352,6 +352,14 @@ def commit_message(overlay: OverlayExport) -> str:
     return text.rstrip("\n") + "\n"
 
 
+def diff_target(diff: pathlib.Path) -> str:
+    """The tree path a one-file .diff edits (its ``+++ b/`` line)."""
+    for line in read_source(diff).decode().splitlines():
+        if line.startswith("+++ b/"):
+            return line[len("+++ b/"):].strip()
+    raise ExportError(f"{rel(diff)}: no +++ b/ line")
+
+
 def _apply_diff(repo: pathlib.Path, overlay: OverlayExport, diff: pathlib.Path,
                 staging: pathlib.Path, info: dict[str, str], reverse: bool = False) -> None:
     staged = staging / overlay.name / diff.name
@@ -361,8 +369,8 @@ def _apply_diff(repo: pathlib.Path, overlay: OverlayExport, diff: pathlib.Path,
                str(staged), check=False)
     if proc.returncode != 0 and reverse:
         raise ExportError(f"part {overlay.name}: {rel(diff)} is not the edit that makes "
-                          f"{overlay.part_of}'s module what its file holds (regenerate it "
-                          "with `git diff` from the module without the part):\n"
+                          f"{diff_target(diff)} what its file holds (regenerate it with "
+                          "`git diff` from the module without the part):\n"
                           + _hunk_report(proc.stderr))
     if proc.returncode != 0:
         raise ExportError(f"overlay {overlay.name}: {rel(diff)} does not apply to the pristine "
@@ -385,10 +393,12 @@ def build_series(out_dir: pathlib.Path, work: pathlib.Path) -> list[str]:
                                   "existing file by a .diff, add only new files")
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(read_source(source))
-        # the new modules without what the overlay's later parts add to them
-        for part in reversed([o for o in overlays if o.part_of == overlay.name]):
+        # the new modules without what later parts add to them
+        later = overlays[overlays.index(overlay) + 1:]
+        for part in reversed([o for o in later if o.part_of is not None]):
             for diff in reversed(part.diffs):
-                _apply_diff(repo, part, diff, work / "diffs", info, reverse=True)
+                if diff_target(diff) in overlay.files:
+                    _apply_diff(repo, part, diff, work / "diffs", info, reverse=True)
         git(repo, "add", "-A")
         git(repo, "commit", "-q", "--cleanup=whitespace", "-F", "-", input=commit_message(overlay),
             env=authorship(overlay))

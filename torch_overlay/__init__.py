@@ -49,8 +49,9 @@ OVERLAYS: tuple[Overlay, ...] = tuple(REGISTRY.register(o) for o in (
         modules=("kernel.mm_tensorcore_plan", "kernel.mm_tensorcore",
                  "template_heuristics.tensorcore_mm"),
         requires=("matmul_meta",),
-        # one row as a reduction over K, frozen 16-bit weights
-        parts=("tensorcore_mm_decode",),
+        # a symbolic M; max-autotune's choices; one row as a reduction over K and frozen
+        # 16-bit weights
+        parts=("tensorcore_mm_dynamic", "tensorcore_mm_autotune", "tensorcore_mm_decode"),
     ),
     Overlay(
         name="gelu_add",
@@ -59,6 +60,8 @@ OVERLAYS: tuple[Overlay, ...] = tuple(REGISTRY.register(o) for o in (
                 "emulate_precision_casts",
         flag="gelu_add_fusion",
         modules=("fx_passes.gelu_add",),
+        # the gelu-add as the tensorcore_mm template's epilogue
+        parts=("tensorcore_mm_gelu_add",),
     ),
 ))
 

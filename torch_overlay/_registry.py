@@ -51,9 +51,10 @@ class Overlay:
     # new upstream modules, relative to torch._inductor (file: torch_overlay/_inductor/<path>.py)
     modules: tuple[str, ...] = ()
     requires: tuple[str, ...] = ()
-    # the further patches the series splits this overlay into, in order: each edits the
-    # overlay's new modules (``<module>.<part>.diff``, never applied at run time: the
-    # modules here are whole) and brings test/inductor/test_<part>.py; the flag is this one
+    # the further patches the series splits this overlay into, in order: each edits new
+    # modules of this or an earlier overlay (``<module>.<part>.diff``, never applied at
+    # run time: the modules here are whole) and brings test/inductor/test_<part>.py,
+    # under this overlay's flag
     parts: tuple[str, ...] = ()
 
     @property

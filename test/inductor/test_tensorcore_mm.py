@@ -344,15 +344,6 @@ class TestCostModel(TestCase):
         preds = {p.label: p.seconds for p in plan.predictions}
         self.assertLess(preds["template[b]"], preds["template[a]"])
 
-    def test_dynamic_m_plan_holds_over_the_range(self):
-        p = self.linear_problem(16, 4096, 4096)
-        bounded = planner.plan_dynamic_m(p, H200, 64)
-        self.assertEqual(bounded.path, "template", bounded.describe())
-        hinted = planner.plan(p, H200)
-        self.assertGreater(bounded.config.BLOCK_M, hinted.config.BLOCK_M)  # not M=16's tile
-        unbounded = planner.plan_dynamic_m(p, H200, 8192)
-        self.assertEqual(unbounded.path, "stock", unbounded.describe())
-
     def test_the_decision_imports_no_inductor_and_the_kernel_no_heuristic(self):
         # one way: the lowering builds the Problem, the plan module decides, the heuristic
         # only yields the plan's configs (they travel with the kernel inputs)
@@ -371,7 +362,7 @@ class TestCostModel(TestCase):
         for m in (1, 16, 37, 128, 200, 1024, 4096):
             for fused in ((True, True), (False, True), (True, False)):
                 p = self.linear_problem(m, 4096, 4096)
-                configs = planner.select_configs(p, dev, *fused, exhaustive=True)
+                configs = planner.select_configs(p, dev, *fused)
                 self.assertTrue(configs, (gpu, m, fused))
                 for cfg in configs:
                     size = lambda f: 4 if f else 2  # noqa: E731
@@ -480,33 +471,6 @@ class TestTensorCoreMMCodegen(TensorCoreMMTestCase):
         self.assertStock(code, "tensorcore_mm_stock:reread")
         self.assertEqual(len(cast_kernels(code)), 2)
 
-    def dynamic_m_code(self, m_max):
-        def fn(x, w, b):
-            if m_max is None:
-                torch._dynamo.mark_dynamic(x, 0)
-            else:
-                torch._dynamo.mark_dynamic(x, 0, min=2, max=m_max)
-            return torch.compile(linear())(x, w, b)
-
-        torch._dynamo.reset()
-        counters.clear()
-        with tensorcore(True), no_caches(), tolerate_dynamic_outputs():
-            code = get_code(fn, *gpu_randn((16, 4096), (4096, 4096), (4096,)))
-        return [c for c in code if c]
-
-    def test_dynamic_m_bounded(self):
-        # M symbolic up to 64: one kernel, with a config chosen for the whole range
-        code = self.dynamic_m_code(64)
-        self.assertTemplate(code)
-        src = kernel_source(code, template_kernels(code)[0])
-        self.assertRegex(src, r"\n    M = ks0\n")  # M symbolic, N and K static
-        self.assertRegex(src, r"\n    N = 4096\n")
-
-    def test_dynamic_m_without_bound_keeps_stock(self):
-        # a decode-shaped kernel would also run every prefill: not without a bound on M
-        code = self.dynamic_m_code(None)
-        self.assertStock(code, "tensorcore_mm_stock:dynamic_m_range")
-
     def test_epilogue_reads_the_rounded_value(self):
         def fn(x, w, b):
             with torch.autocast("cuda", dtype=torch.bfloat16):
@@ -598,26 +562,6 @@ class TestTensorCoreMMCodegen(TensorCoreMMTestCase):
             self.assertLessEqual(report["shared"], est, (m, cfg, report))
             self.assertEqual(report["spill_bytes"], 0, (m, cfg, report))
             self.assertTrue(report["mma"], "no tensor-core instruction in the PTX")
-
-    def test_max_autotune_adds_configs_and_the_stock_path(self):
-        from torch._inductor.codegen.subgraph import SubgraphChoiceCaller
-        from torch._inductor.select_algorithm import TritonTemplateCaller
-
-        seen = []
-
-        def pick_first(name, choices, *args, **kwargs):
-            seen.append(list(choices))
-            return choices[0].output_node(), choices[0]
-
-        with (inductor_config.patch(max_autotune=True, max_autotune_gemm_backends="TRITON"),
-              mock.patch.object(mm_tensorcore, "autotune_select_algorithm", pick_first)):
-            self.cuda_code(linear(), *gpu_randn((16, 512), (256, 512), (256,)))
-        (choices,) = seen
-        templates = [c for c in choices if isinstance(c, TritonTemplateCaller)]
-        self.assertGreater(len(templates), 1)
-        self.assertTrue(all(c.name.startswith("triton_tensorcore_mm") for c in templates))
-        self.assertEqual(sum(isinstance(c, SubgraphChoiceCaller) for c in choices), 1)
-
 
 class TestTensorCoreMMFallback(TensorCoreMMTestCase):
     """Everything the template does not take goes to the stock lowering, counted."""
@@ -735,23 +679,6 @@ class TestTensorCoreMMFallback(TensorCoreMMTestCase):
         self.assertIn("CUDA_ERROR_NO_BINARY_FOR_GPU", logs.output[0])
         self.assertStock(code, "tensorcore_mm_fallback:compile_error")
         self.assertLikeEager(out, linear(), [x, w, b], F.linear, BF16)
-
-    @requires_cuda_sm80
-    @parametrize("benchmark_epilogue_fusion", [False, True])
-    def test_kernel_failing_to_load_under_max_autotune(self, benchmark_epilogue_fusion):
-        # autotuning drops the choices that fail to compile or load: the stock path's wins
-        def fn(x, w, b):
-            with torch.autocast("cuda", dtype=torch.bfloat16):
-                return F.relu(F.linear(x, w, b))  # an epilogue to fuse and benchmark
-
-        x, w, b = gpu_randn((16, 512), (256, 512), (256,))
-        with (inductor_config.patch(max_autotune=True, max_autotune_gemm_backends="TRITON",
-                                    benchmark_epilogue_fusion=benchmark_epilogue_fusion),
-              no_template_binary() as refused):
-            out, code = self.compile_and_run(fn, x, w, b)
-        self.assertTrue(refused)
-        self.assertEqual(template_kernels(code), [])
-        torch.testing.assert_close(out, fn(x, w, b), atol=2**-6, rtol=2**-7)
 
     @requires_cuda_sm80
     @parametrize("winner", ["stock", "template"])
@@ -926,20 +853,6 @@ class TestTensorCoreMMGPU(TensorCoreMMTestCase):
         if IS_H200:
             self.assertEqual(len(template_kernels(code)), 1)
         torch.testing.assert_close(out, fn(x, w, b, r), atol=2**-6, rtol=2**-7)
-
-    @requires_cuda_sm80
-    def test_dynamic_m(self):
-        fn = linear()
-        w, b = gpu_randn((512, 1024), (512,))
-        torch._dynamo.reset()
-        with tensorcore(True), no_caches():
-            compiled = torch.compile(fn)
-            for m in (16, 2, 33, 64):
-                x = torch.randn(m, 1024, device=GPU_TYPE)
-                torch._dynamo.mark_dynamic(x, 0, min=2, max=64)
-                self.assertLikeEager(compiled(x, w, b), fn, [x, w, b], F.linear, BF16)
-        if IS_H200:
-            self.assertEqual(self.counts["tensorcore_mm_template"], 1)  # one compile, symbolic M
 
     @requires_cuda_sm80
     @parametrize("dtype", [BF16, FP16], name_fn=dtype_name)

@@ -607,10 +607,8 @@ def _gelu_add_epilogue(node: torch.fx.Node) -> Optional[Any]:
     template's epilogue only where it reads the output with the template's own
     index, so the pointwise kernel would stay.
     """
-    try:
-        from ..fx_passes.gelu_add import GELU_ADD_META
-    except ImportError:  # upstream: gelu_add's patch comes after this one
-        return None
+    from ..fx_passes.gelu_add import GELU_ADD_META
+
     if len(node.users) != 1:
         return None
     (user,) = node.users

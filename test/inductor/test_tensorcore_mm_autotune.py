@@ -1,0 +1,96 @@
+# Owner(s): ["module: inductor"]
+"""``config.tensorcore_mm_autocast`` under max-autotune: the plan's neighbouring configs
+and the stock path (separate casts + the aten matmul, as a subgraph of the same fp32
+inputs) are autotuned with the plan's own config.
+
+The configs as plain Python for three GPUs' properties; the choices for an H200's
+plan (nothing run); on any CUDA GPU with sm_80, a template that fails to load.
+"""
+from __future__ import annotations
+
+from unittest import mock
+
+import torch
+import torch.nn.functional as F
+from torch._inductor import config as inductor_config
+from torch._inductor.kernel import mm_tensorcore
+from torch._inductor.kernel import mm_tensorcore_plan as planner
+from torch._inductor.test_case import run_tests, TestCase
+from torch.testing._internal.common_utils import instantiate_parametrized_tests, parametrize
+
+
+try:
+    from .test_tensorcore_mm import (
+        DEVICE_SPECS, TensorCoreMMTestCase, gpu_randn, linear, no_template_binary,
+        requires_cuda_sm80, requires_h200, template_kernels,
+    )
+except ImportError:
+    from test_tensorcore_mm import (
+        DEVICE_SPECS, TensorCoreMMTestCase, gpu_randn, linear, no_template_binary,
+        requires_cuda_sm80, requires_h200, template_kernels,
+    )
+
+
+class TestAutotuneConfigs(TestCase):
+    @parametrize("gpu", ["h200", "h100", "a100"])
+    def test_every_config_fits_shared_memory(self, gpu):
+        dev = planner.device_model(DEVICE_SPECS[gpu])
+        op = planner.Operand
+        for m in (1, 16, 37, 128, 200, 1024, 4096):
+            for fused in ((True, True), (False, True), (True, False)):
+                p = planner.Problem("addmm", 1, m, 4096, 4096, op(m * 4096, True),
+                                    op(4096 * 4096, True), op(4096, True))
+                configs = planner.select_configs(p, dev, *fused, exhaustive=True)
+                self.assertGreater(len(configs), 1, (gpu, m, fused))
+                for cfg in configs:
+                    size = lambda f: 4 if f else 2  # noqa: E731
+                    self.assertLessEqual(cfg.smem_bytes(size(fused[0]), size(fused[1])),
+                                         dev.smem_per_block, (gpu, m, fused, cfg))
+
+
+class TestTensorCoreMMAutotune(TensorCoreMMTestCase):
+    config = {"tensorcore_mm_measure": False}
+
+    @requires_h200
+    def test_max_autotune_adds_configs_and_the_stock_path(self):
+        from torch._inductor.codegen.subgraph import SubgraphChoiceCaller
+        from torch._inductor.select_algorithm import TritonTemplateCaller
+
+        seen = []
+
+        def pick_first(name, choices, *args, **kwargs):
+            seen.append(list(choices))
+            return choices[0].output_node(), choices[0]
+
+        with (inductor_config.patch(max_autotune=True, max_autotune_gemm_backends="TRITON"),
+              mock.patch.object(mm_tensorcore, "autotune_select_algorithm", pick_first)):
+            self.cuda_code(linear(), *gpu_randn((16, 512), (256, 512), (256,)))
+        (choices,) = seen
+        templates = [c for c in choices if isinstance(c, TritonTemplateCaller)]
+        self.assertGreater(len(templates), 1)
+        self.assertTrue(all(c.name.startswith("triton_tensorcore_mm") for c in templates))
+        self.assertEqual(sum(isinstance(c, SubgraphChoiceCaller) for c in choices), 1)
+
+    @requires_cuda_sm80
+    @parametrize("benchmark_epilogue_fusion", [False, True])
+    def test_kernel_failing_to_load_under_max_autotune(self, benchmark_epilogue_fusion):
+        # autotuning drops the choices that fail to compile or load: the stock path's wins
+        def fn(x, w, b):
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                return F.relu(F.linear(x, w, b))  # an epilogue to fuse and benchmark
+
+        x, w, b = gpu_randn((16, 512), (256, 512), (256,))
+        with (inductor_config.patch(max_autotune=True, max_autotune_gemm_backends="TRITON",
+                                    benchmark_epilogue_fusion=benchmark_epilogue_fusion),
+              no_template_binary() as refused):
+            out, code = self.compile_and_run(fn, x, w, b)
+        self.assertTrue(refused)
+        self.assertEqual(template_kernels(code), [])
+        torch.testing.assert_close(out, fn(x, w, b), atol=2**-6, rtol=2**-7)
+
+
+instantiate_parametrized_tests(TestAutotuneConfigs)
+instantiate_parametrized_tests(TestTensorCoreMMAutotune)
+
+if __name__ == "__main__":
+    run_tests()
