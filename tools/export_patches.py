@@ -13,7 +13,7 @@ a git tree of the pristine ``torch/_inductor`` (and ``torch/_logging``) of the i
 torch (patches/UPSTREAM_PIN):
 
 - Edits of existing upstream files: ``git apply`` of each of its
-  ``torch_overlay/_inductor/**/<stem>.<overlay>.diff`` (``Overlay.edit_files``), so the
+  ``torch_overlay/_inductor/**/<stem>.<overlay>.diff`` (``Overlay.own_edit_files``), so the
   patch's hunks are git's own output of the same edit (the export checks that they are
   the very hunks of the ``.diff``). Only these primary edits, made against the release
   the series targets: the ``<stem>.<overlay>.torch-X.Y.diff`` variants beside them are
@@ -173,13 +173,14 @@ def collect() -> list[OverlayExport]:
             for tpl in templates_loaded(source, read_source(source).decode()):
                 files[str(pathlib.PurePosixPath(path).parent / "templates" / tpl.name)] = tpl
         tests, test_file = overlay_tests(name)
-        edits = [*overlay.edit_files, *sorted(LOGGING_EDITS.glob(f"*.{name}.diff"))]
+        edits = [*overlay.own_edit_files, *sorted(LOGGING_EDITS.glob(f"*.{name}.diff"))]
         diffs = [p for p in edits if not VARIANT.search(p.name)]
         out.append(OverlayExport(name, overlay.flag, tuple(overlay.requires), diffs,
                                  files, tests, test_file, PATCHES / f"{name}.md"))
         for part in overlay.parts:
-            # its edits of the overlay's new modules: the modules' files hold them
-            diffs = sorted(OVERLAY_ROOT.rglob(f"*.{part}.diff"))
+            # its edits of earlier new modules and tests (whose files hold them) and flags
+            diffs = [*sorted(OVERLAY_ROOT.rglob(f"*.{part}.diff")),
+                     *sorted((REPO / "test" / "inductor").glob(f"*.{part}.diff"))]
             if not diffs:
                 raise ExportError(f"overlay {name}: part {part} has no *.{part}.diff")
             tests, test_file = overlay_tests(part)
@@ -397,7 +398,7 @@ def build_series(out_dir: pathlib.Path, work: pathlib.Path) -> list[str]:
         later = overlays[overlays.index(overlay) + 1:]
         for part in reversed([o for o in later if o.part_of is not None]):
             for diff in reversed(part.diffs):
-                if diff_target(diff) in overlay.files:
+                if diff_target(diff) in {**overlay.files, **overlay.tests}:
                     _apply_diff(repo, part, diff, work / "diffs", info, reverse=True)
         git(repo, "add", "-A")
         git(repo, "commit", "-q", "--cleanup=whitespace", "-F", "-", input=commit_message(overlay),
@@ -520,7 +521,14 @@ def top_level_reassignments(source: str, added: set[int], new_file: bool, path: 
     return found
 
 
-def audit_patch(tree: pathlib.Path, patch: pathlib.Path, overlay: OverlayExport) -> list[str]:
+def later_edits(overlays: list[OverlayExport], overlay: OverlayExport) -> set[str]:
+    """The tree paths that parts after ``overlay`` edit (``.diff`` files)."""
+    later = overlays[overlays.index(overlay) + 1:]
+    return {diff_target(d) for o in later if o.part_of is not None for d in o.diffs}
+
+
+def audit_patch(tree: pathlib.Path, patch: pathlib.Path, overlay: OverlayExport,
+                edited_later: set[str] = frozenset()) -> list[str]:
     """What the patch (applied in ``tree``) must not add or must add; [] when all is well.
 
     No added line names the project, tests included: they run under the project's harness
@@ -541,7 +549,12 @@ def audit_patch(tree: pathlib.Path, patch: pathlib.Path, overlay: OverlayExport)
     flag = re.compile(rf"^{re.escape(overlay.flag)}\s*(:[^=]*)?=")
     if overlay.part_of is None and not any(flag.match(text) for text in files.get(CONFIG, FilePatch(CONFIG, False, [], {})).added.values()):
         problems.append(f"{CONFIG}: the patch does not declare the flag {overlay.flag}")
-    for path, source in {**overlay.tests}.items():
+    # the tests as the project runs them, once no later part edits them
+    tests = {**overlay.tests, **{t: REPO / t for t in map(diff_target, overlay.diffs)
+                                 if t.startswith("test/")}}
+    for path, source in tests.items():
+        if path in edited_later:
+            continue
         target = tree / path
         if not target.exists():
             problems.append(f"{path}: not in the patched tree")
@@ -772,7 +785,7 @@ def check(run_tests: bool = True, compare_junit: pathlib.Path | None = None,
                 return 1
             print(f"[check] {name} applies and byte-compiles ({time.time() - t0:.0f}s)")
             # 3. what it adds
-            problems = audit_patch(tree, PATCHES / name, overlay)
+            problems = audit_patch(tree, PATCHES / name, overlay, later_edits(overlays, overlay))
             if problems:
                 ok = False
                 print(f"[check] {name}: {len(problems)} added line(s) or file(s) not fit for upstream:",

@@ -49,9 +49,10 @@ OVERLAYS: tuple[Overlay, ...] = tuple(REGISTRY.register(o) for o in (
         modules=("kernel.mm_tensorcore_plan", "kernel.mm_tensorcore",
                  "template_heuristics.tensorcore_mm"),
         requires=("matmul_meta",),
-        # a symbolic M; max-autotune's choices; one row as a reduction over K and frozen
-        # 16-bit weights
-        parts=("tensorcore_mm_dynamic", "tensorcore_mm_autotune", "tensorcore_mm_decode"),
+        # a symbolic M; max-autotune's choices; timing uncertain plans on the device; one
+        # row as a reduction over K and frozen 16-bit weights
+        parts=("tensorcore_mm_dynamic", "tensorcore_mm_autotune", "tensorcore_mm_measure",
+               "tensorcore_mm_decode"),
     ),
     Overlay(
         name="gelu_add",
@@ -194,9 +195,9 @@ def status() -> Status:
             state = "inactive"
         functions = [swap.target for swap in swaps]
         # the edits in use: the primary, or the variant that applies to this torch
-        chosen = {p.name.split(".")[0]: p for p in plan.edits}
-        edits = [str(chosen.get(p.name.split(".")[0], p).relative_to(OVERLAY_ROOT))
-                 for p in overlay.edit_files]
+        # (plan.edits follows overlay.edit_files, up to a refusal)
+        edits = [str((plan.edits[i] if i < len(plan.edits) else p).relative_to(OVERLAY_ROOT))
+                 for i, p in enumerate(overlay.edit_files)]
         overlays.append(OverlayStatus(overlay.name, overlay.purpose, state, reason,
                                       overlay.flag, edits, functions, plan.variants))
     replaced = [s.target for s in REGISTRY.swaps]

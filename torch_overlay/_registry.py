@@ -53,13 +53,20 @@ class Overlay:
     requires: tuple[str, ...] = ()
     # the further patches the series splits this overlay into, in order: each edits new
     # modules of this or an earlier overlay (``<module>.<part>.diff``, never applied at
-    # run time: the modules here are whole) and brings test/inductor/test_<part>.py,
-    # under this overlay's flag
+    # run time: the modules here are whole), may declare flags (``config.<part>.diff``)
+    # and brings test/inductor/test_<part>.py; under this overlay's flag
     parts: tuple[str, ...] = ()
 
     @property
     def edit_files(self) -> list[pathlib.Path]:
-        """The primary edits (made against the newest supported release; the exported ones)."""
+        """The primary edits (made against the newest supported release; the exported
+        ones), then the flags its parts declare."""
+        parts = [OVERLAY_ROOT / f"config.{part}.diff" for part in self.parts]
+        return self.own_edit_files + [p for p in parts if p.exists()]
+
+    @property
+    def own_edit_files(self) -> list[pathlib.Path]:
+        """The primary edits of this overlay's own patch."""
         return sorted(OVERLAY_ROOT.rglob(f"*.{self.name}.diff"))
 
     def edits(self) -> list[FileDiff]:

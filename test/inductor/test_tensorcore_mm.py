@@ -215,7 +215,9 @@ class TensorCoreMMTestCase(TestCase):
             # stock path
             shape_padding=False,
             benchmark_epilogue_fusion=False,
-            **self.config,
+            # timed on a loaded device a plan goes either way: the paths asserted are
+            # the cost model's (the measured choice's own tests turn this on)
+            **{"tensorcore_mm_measure": False, **self.config},
         )
         self._config.__enter__()
         self._env = mock.patch.dict(os.environ, {"TORCHINDUCTOR_STRICT_FALLBACKS": "1"})
@@ -370,24 +372,6 @@ class TestCostModel(TestCase):
                                          dev.smem_per_block, (gpu, m, fused, cfg))
                     self.assertGreaterEqual(min(cfg.BLOCK_M, cfg.BLOCK_N, cfg.BLOCK_K), 16)
 
-    def test_uncertain_wins_are_measured(self):
-        # decode streams the fp32 weight once: a large predicted win is taken as is
-        decode = planner.plan(self.linear_problem(16, 4096, 4096), H200)
-        self.assertEqual((decode.path, decode.measure), ("template", False), decode.describe())
-        # a smaller predicted win, the weight still streamed once: timed on the device
-        for mnk in [(64, 14336, 4096), (256, 4096, 4096)]:
-            plan = planner.plan(self.linear_problem(*mnk), H200)
-            self.assertTrue(plan.measure, plan.describe())
-            self.assertIsNotNone(plan.config)
-        # tiles that re-read the operands: stock, whatever is predicted, nothing timed
-        for mnk in [(1024, 1024, 1024), (1576, 4096, 1024)]:
-            plan = planner.plan(self.linear_problem(*mnk), H200)
-            self.assertEqual((plan.path, plan.reason, plan.measure),
-                             ("stock", planner.REREAD, False), plan.describe())
-        # predicted slower: stock, nothing to time
-        big = planner.plan(self.linear_problem(4096, 4096, 4096), H200)
-        self.assertEqual((big.path, big.measure), ("stock", False), big.describe())
-
     def test_too_little_shared_memory_keeps_stock(self):
         import dataclasses
 
@@ -423,10 +407,6 @@ class TestCostModel(TestCase):
 @requires_h200
 class TestTensorCoreMMCodegen(TensorCoreMMTestCase):
     """Generated code for the H200 (nothing run)."""
-
-    # the cost model's plans: on a real GPU an uncertain one would be timed, and go
-    # either way under load (the measured choice is tested with mocked timings)
-    config = {"tensorcore_mm_measure": False}
 
     def test_decode(self):
         # M=16: one template kernel reads fp32 x, w and bias; no cast kernel
@@ -563,6 +543,7 @@ class TestTensorCoreMMCodegen(TensorCoreMMTestCase):
             self.assertEqual(report["spill_bytes"], 0, (m, cfg, report))
             self.assertTrue(report["mma"], "no tensor-core instruction in the PTX")
 
+
 class TestTensorCoreMMFallback(TensorCoreMMTestCase):
     """Everything the template does not take goes to the stock lowering, counted."""
 
@@ -681,54 +662,6 @@ class TestTensorCoreMMFallback(TensorCoreMMTestCase):
         self.assertLikeEager(out, linear(), [x, w, b], F.linear, BF16)
 
     @requires_cuda_sm80
-    @parametrize("winner", ["stock", "template"])
-    def test_measured_choice(self, winner):
-        # an uncertain plan times the template's kernel against the 16-bit GEMM plus the
-        # casts it saves; stock's win gives stock's own lowering, the template's the template
-        timed = []
-
-        def timings(choice, kernel_inputs, layout, op, dtype):
-            timed.append((op, dtype))
-            # stock's win by more than any GPU's casts could save (H100: 2x was not)
-            gemm = 20e-6
-            return (gemm / 2 if winner == "template" else gemm * 10), gemm
-
-        inputs = gpu_randn((256, 4096), (4096, 4096), (4096,))
-        with mock.patch.object(mm_tensorcore, "_timings", timings), \
-                mock.patch("torch.cuda.is_initialized", return_value=True):
-            code = self.cuda_code(linear(), *inputs)
-        self.assertEqual(timed, [("addmm", BF16)])
-        if winner == "stock":
-            self.assertStock(code, "tensorcore_mm_stock:measured")
-            stock = self.cuda_code(linear(), *inputs, enabled=False)
-            self.assertEqual(comparable(code), comparable(stock))
-        else:
-            self.assertTemplate(code, casts=1)  # x cast apart: the tiles re-read it
-        with inductor_config.patch(tensorcore_mm_measure=False):
-            self.cuda_code(linear(), *inputs)
-        self.assertEqual(self.counts["tensorcore_mm_template"], 1)  # the prediction's choice
-        self.assertEqual(len(timed), 1)
-
-    @requires_cuda_sm80
-    def test_measured_timings_are_cached(self):
-        # the second compile of the same shape times nothing
-        measured = []
-
-        def measure(*args):
-            measured.append(args[3])  # the input layouts timed
-            return 1e-6, 50e-6
-
-        inputs = gpu_randn((256, 4096), (4096, 4096), (4096,))
-        with mock.patch.object(mm_tensorcore, "_measure", measure), \
-                mock.patch("torch.cuda.is_initialized", return_value=True):
-            for _ in range(2):
-                self.assertTemplate(self.cuda_code(linear(), *inputs), casts=1)
-        self.assertEqual(len(measured), 1)
-        # bias (expanded), x, and F.linear's transposed weight
-        self.assertEqual(measured[0], [([256, 4096], [0, 1]), ([256, 4096], [4096, 1]),
-                                       ([4096, 4096], [1, 4096])])
-
-    @requires_cuda_sm80
     def test_decisions_log_to_their_artifact(self):
         torch._logging.set_logs(modules={"tensorcore_mm": True})  # a registered artifact
         self.addCleanup(torch._logging.set_logs)
@@ -816,10 +749,6 @@ STOCK_BY_COST_MODEL = {("bmm", (200, 96, 4095)), ("baddbmm", (200, 96, 4095))}
 class TestTensorCoreMMGPU(TensorCoreMMTestCase):
     """On a CUDA GPU: values against eager autocast and an fp64 reference; on an H200,
     also the path its cost model takes."""
-
-    # the paths asserted here are the cost model's: a choice timed on the device can go
-    # either way there (the measured choice is tested with mocked timings)
-    config = {"tensorcore_mm_measure": False}
 
     @requires_cuda_sm80
     @parametrize("op", ["mm", "addmm", "bmm", "baddbmm"])

@@ -49,8 +49,6 @@ class TestAutotuneConfigs(TestCase):
 
 
 class TestTensorCoreMMAutotune(TensorCoreMMTestCase):
-    config = {"tensorcore_mm_measure": False}
-
     @requires_h200
     def test_max_autotune_adds_configs_and_the_stock_path(self):
         from torch._inductor.codegen.subgraph import SubgraphChoiceCaller

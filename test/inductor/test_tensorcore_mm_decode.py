@@ -61,9 +61,6 @@ class TestGemvPlan(TestCase):
 class TestTensorCoreMMGemvCodegen(TensorCoreMMTestCase):
     """Generated code for the H200 (nothing run)."""
 
-    # the cost model's plans: on a real GPU an uncertain one would be timed
-    config = {"tensorcore_mm_measure": False}
-
     def test_gemv(self):
         # M=1: one reduction over K reads the fp32 x, w and bias, rounds them to bf16
         # in registers and sums in fp32; the bias and the rounding follow in the kernel
@@ -97,12 +94,9 @@ class TestTensorCoreMMGemvCodegen(TensorCoreMMTestCase):
         self.assertIn(f".to(tl.{dtype_name(dtype)})", "\n".join(code))
 
 
-
 class TestTensorCoreMMGemvGPU(TensorCoreMMTestCase):
     """One row on a CUDA GPU: values against eager autocast and an fp64 reference; on an
     H200, also the path its cost model takes."""
-
-    config = {"tensorcore_mm_measure": False}
 
     @requires_cuda_sm80
     @parametrize("op", ["mm", "addmm", "bmm", "baddbmm"])
@@ -150,10 +144,6 @@ class TestTensorCoreMMFreezing(TensorCoreMMTestCase):
     folded into bf16 constants before this lowering runs; the matmul reads them as stored,
     never an fp32 weight, and the decode kernels stream them where the cost model predicts
     a win over cuBLAS. The generated code is the H200's."""
-
-    # the paths asserted here are the cost model's: a choice timed on the device can go
-    # either way there (the measured choice is tested with mocked timings)
-    config = {"tensorcore_mm_measure": False}
 
     def frozen_code(self, mod, x, enabled=True):
         """The code of the fp32 module ``mod`` frozen under bf16 autocast (CUDA tensors)."""

@@ -52,8 +52,6 @@ class TestDynamicMPlan(TestCase):
 class TestTensorCoreMMDynamicCodegen(TensorCoreMMTestCase):
     """Generated code for the H200 (nothing run)."""
 
-    config = {"tensorcore_mm_measure": False}
-
     def dynamic_m_code(self, m_max):
         def fn(x, w, b):
             if m_max is None:
@@ -84,8 +82,6 @@ class TestTensorCoreMMDynamicCodegen(TensorCoreMMTestCase):
 
 class TestTensorCoreMMDynamicGPU(TensorCoreMMTestCase):
     """Values on a CUDA GPU as M varies within its bound; on an H200, one compile."""
-
-    config = {"tensorcore_mm_measure": False}
 
     @requires_cuda_sm80
     def test_dynamic_m(self):
