@@ -27,6 +27,7 @@ import test_tensorcore_mm  # noqa: E402
 import test_tensorcore_mm_decode  # noqa: E402
 import test_tensorcore_mm_dynamic  # noqa: E402
 import test_tensorcore_mm_gelu_add  # noqa: E402
+import test_tensorcore_mm_splitk  # noqa: E402
 
 
 def goldens(module: Any, cls: type, tests: list[str]) -> type:
@@ -60,9 +61,12 @@ def goldens(module: Any, cls: type, tests: list[str]) -> type:
 APPROXIMATIONS = ("none", "tanh")
 
 TestTensorCoreMMCodegen = goldens(test_tensorcore_mm, test_tensorcore_mm.TestTensorCoreMMCodegen, [
-    "test_decode", "test_decode_epilogue", "test_decode_split_k", "test_prefill",
-    "test_prefill_epilogue", "test_stock_kept"])
+    "test_decode", "test_decode_epilogue", "test_prefill", "test_prefill_epilogue",
+    "test_stock_kept"])
 # (their test cases compile through test_tensorcore_mm's and test_gelu_add's get_code)
+TestTensorCoreMMSplitKCodegen = goldens(
+    test_tensorcore_mm, test_tensorcore_mm_splitk.TestTensorCoreMMSplitKCodegen,
+    ["test_decode_split_k"])
 TestTensorCoreMMDynamicCodegen = goldens(
     test_tensorcore_mm, test_tensorcore_mm_dynamic.TestTensorCoreMMDynamicCodegen,
     ["test_dynamic_m_bounded"])

@@ -25,12 +25,12 @@ sys.path.insert(0, str(REPO / "tools"))
 
 import export_patches  # noqa: E402
 
-NAMES = ("prologue_downcast", "matmul_meta", "tensorcore_mm", "tensorcore_mm_dynamic",
-         "tensorcore_mm_autotune", "tensorcore_mm_measure", "tensorcore_mm_decode", "gelu_add",
-         "tensorcore_mm_gelu_add")
+NAMES = ("prologue_downcast", "matmul_meta", "tensorcore_mm", "tensorcore_mm_splitk",
+         "tensorcore_mm_fallback", "tensorcore_mm_dynamic", "tensorcore_mm_autotune",
+         "tensorcore_mm_measure", "tensorcore_mm_decode", "gelu_add", "tensorcore_mm_gelu_add")
 # further patches of an overlay (Overlay.parts), each editing tensorcore_mm's module
-PARTS = {"tensorcore_mm_dynamic": "tensorcore_mm", "tensorcore_mm_autotune": "tensorcore_mm",
-         "tensorcore_mm_measure": "tensorcore_mm", "tensorcore_mm_decode": "tensorcore_mm",
+PARTS = {**{f"tensorcore_mm_{p}": "tensorcore_mm"
+            for p in ("splitk", "fallback", "dynamic", "autotune", "measure", "decode")},
          "tensorcore_mm_gelu_add": "gelu_add"}
 
 def files(d: pathlib.Path) -> dict[str, bytes]:
@@ -111,7 +111,7 @@ class TestExportPatches(TestCase):
             fresh = self.export(pathlib.Path(tmp), "fresh")
             problems = export_patches.stale(export_patches.PATCHES, fresh)
         self.assertEqual(len(problems), 1, problems)
-        self.assertRegex(problems[0], r"^differs: 0008-inductor-gelu_add-")
+        self.assertRegex(problems[0], r"^differs: 0010-inductor-gelu_add-")
 
     def test_part_diff_that_is_not_the_edit_is_refused(self):
         # the module's file changed where the part's edit is: the part's .diff no longer

@@ -16,9 +16,7 @@ import logging
 import os
 import pathlib
 import re
-import subprocess
 import sys
-import tempfile
 import unittest
 from unittest import mock
 
@@ -180,26 +178,6 @@ def no_caches():
     with (inductor_config.patch(fx_graph_cache=False),
           functorch_config.patch(enable_autograd_cache=False)):
         yield
-
-
-@contextlib.contextmanager
-def no_template_binary():
-    """Loading a template kernel fails as on a driver with no binary for it; yields the
-    names of the kernels refused."""
-    from torch._inductor.runtime.triton_heuristics import CachingAutotuner
-
-    make_launchers = CachingAutotuner._make_launchers
-    refused = []
-
-    def refuse(self):
-        name = self.fn.__name__
-        if name.startswith(("triton_tensorcore", "triton_tem_")):
-            refused.append(name)
-            raise RuntimeError("Triton Error [CUDA]: CUDA_ERROR_NO_BINARY_FOR_GPU")
-        return make_launchers(self)
-
-    with mock.patch.object(CachingAutotuner, "_make_launchers", refuse):
-        yield refused
 
 
 class TensorCoreMMTestCase(TestCase):
@@ -422,15 +400,6 @@ class TestTensorCoreMMCodegen(TensorCoreMMTestCase):
         code = self.cuda_code(fn, *gpu_randn((16, 4096), (4096, 4096), (4096,), (16, 4096)))
         self.assertTemplate(code)
 
-    def test_decode_split_k(self):
-        # N=1024: 64 tiles for 132 SMs, so K is split in two; the last program of a
-        # tile adds the partials in a fixed order and runs the epilogue
-        code = self.cuda_code(linear(), *gpu_randn((16, 4096), (1024, 4096), (1024,)))
-        self.assertTemplate(code)
-        src = kernel_source(code, template_kernels(code)[0])
-        self.assertIn("SPLIT_K : tl.constexpr = 2", src)
-        self.assertRegex("\n".join(code), r"workspace_\d+\.zero_\(\)")
-
     def test_prefill(self):
         # M=128: the weight and bias cast in the template; x by its own kernel, since
         # the 64 column tiles re-read it (cheaper in bf16: H200 36.6 us vs 42.3 us)
@@ -523,27 +492,6 @@ class TestTensorCoreMMCodegen(TensorCoreMMTestCase):
         self.assertEqual(len(template_kernels(code)), 1)
         self.assertIn("'arg_A': '*bf16', 'arg_B': '*fp32'", "\n".join(code))
 
-    def test_template_compiles_for_sm90(self):
-        # shared memory within the estimate (else a launch fails on the GPU), no spills
-        cases = [(16, 4096), (128, 4096), (16, 1024), (1024, 4096)]  # (16, 1024) splits K
-        for m, n in cases:
-            # M=1024 keeps the stock path by default (tiles re-read the operands); its
-            # tile is max-autotune's
-            force = "template" if m == 1024 else None
-            with inductor_config.patch(tensorcore_mm_force_path=force):
-                code = self.cuda_code(linear(), *gpu_randn((m, 4096), (n, 4096), (n,)))
-            name = template_kernels(code)[0]
-            src = kernel_source(code, name)
-            report = compile_for_sm90(name, src)
-            cfg = config_of(src)
-            self.assertEqual(cfg.SPLIT_K > 1, n == 1024, cfg)
-            self.assertEqual(cfg.BLOCK_M == 256, m == 1024, cfg)  # 256x128x64 s3 swap
-            est = cfg.smem_bytes(2 if m >= 128 else 4, 4)  # x cast in the kernel below M=128
-            self.assertLessEqual(report["shared"], est, (m, cfg, report))
-            self.assertEqual(report["spill_bytes"], 0, (m, cfg, report))
-            self.assertTrue(report["mma"], "no tensor-core instruction in the PTX")
-
-
 class TestTensorCoreMMFallback(TensorCoreMMTestCase):
     """Everything the template does not take goes to the stock lowering, counted."""
 
@@ -620,47 +568,6 @@ class TestTensorCoreMMFallback(TensorCoreMMTestCase):
             with self.assertRaisesRegex(Exception, "boom"):
                 self.cuda_code(linear(), *gpu_randn((16, 64), (32, 64)))
 
-    def test_kernel_failing_to_compile_or_load(self):
-        # found while lowering, where the stock lowering can still take over: loaded with
-        # the output module, CUDA_ERROR_NO_BINARY_FOR_GPU failed the compile
-        from torch._inductor.select_algorithm import TritonTemplateCaller
-
-        error = RuntimeError("Triton Error [CUDA]: CUDA_ERROR_NO_BINARY_FOR_GPU")
-        inputs = gpu_randn((16, 4096), (4096, 4096), (4096,))
-        with (inductor_config.patch(tensorcore_mm_precompile=True),
-              mock.patch.object(planner, "device_model", return_value=H200),
-              mock.patch.object(TritonTemplateCaller, "precompile", side_effect=error) as precompile,
-              mock.patch.object(mm_tensorcore, "_failed_compiles", set()),
-              self.assertLogs(mm_tensorcore.log, logging.WARNING) as logs):
-            code = self.cuda_code(linear(), *inputs)
-            precompile.assert_called_once()
-            # the same cause again, at another shape: falls back, no second warning
-            self.cuda_code(linear(), *gpu_randn((16, 2048), (4096, 2048), (4096,)))
-            self.assertEqual(self.counts["tensorcore_mm_fallback:compile_error"], 1)
-        self.assertEqual(len(logs.records), 1)
-        self.assertIn("addmm of (B, M, N, K) (1, 16, 4096, 4096)", logs.output[0])
-        self.assertIn("RuntimeError: Triton Error [CUDA]: CUDA_ERROR_NO_BINARY_FOR_GPU",
-                      logs.output[0])
-        self.assertStock(code, "tensorcore_mm_fallback:compile_error")
-        FileCheck().check_not("triton_tem_").check("extern_kernels.addmm(").run("\n".join(code))
-        stock = self.cuda_code(linear(), *inputs, enabled=False)
-        self.assertEqual(comparable(code), comparable(stock))
-
-    @requires_cuda_sm80
-    def test_kernel_failing_to_load_runs_stock(self):
-        # the driver refuses every template kernel's binary, the final one's too
-        x, w, b = gpu_randn((16, 4096), (4096, 4096), (4096,))
-        with (mock.patch.object(planner, "device_model", return_value=H200),
-              no_template_binary() as refused,
-              mock.patch.object(mm_tensorcore, "_failed_compiles", set()),
-              self.assertLogs(mm_tensorcore.log, logging.WARNING) as logs):
-            out, code = self.compile_and_run(linear(), x, w, b)
-        self.assertTrue(refused)
-        self.assertEqual(len(logs.records), 1)
-        self.assertIn("CUDA_ERROR_NO_BINARY_FOR_GPU", logs.output[0])
-        self.assertStock(code, "tensorcore_mm_fallback:compile_error")
-        self.assertLikeEager(out, linear(), [x, w, b], F.linear, BF16)
-
     @requires_cuda_sm80
     def test_decisions_log_to_their_artifact(self):
         torch._logging.set_logs(modules={"tensorcore_mm": True})  # a registered artifact
@@ -689,56 +596,6 @@ class TestTensorCoreMMFallback(TensorCoreMMTestCase):
         self.assertIs(TritonTemplate.all_templates["tensorcore_mm"], before)
 
 
-def config_of(src: str) -> planner.TileConfig:
-    def get(name):
-        return re.search(rf"{name} : tl.constexpr = (\w+)", src).group(1)
-
-    stages = int(re.search(r"num_stages=(\d+)", src).group(1))
-    warps = int(re.search(r"num_warps=(\d+)", src).group(1))
-    return planner.TileConfig(int(get("BLOCK_M")), int(get("BLOCK_N")), int(get("BLOCK_K")),
-                                 int(get("GROUP_M")), warps, stages, get("SWAP_AB") == "True",
-                                 int(get("SPLIT_K")))
-
-
-def compile_for_sm90(name: str, src: str) -> dict:
-    """Compile a generated template kernel with Triton for sm_90; no GPU needed."""
-    import importlib.util
-
-    import triton
-    from torch._inductor.runtime.hints import DeviceProperties
-    from triton.backends.compiler import GPUTarget
-    from triton.backends.nvidia.compiler import get_ptxas
-    from triton.compiler import ASTSource
-
-    triton_meta = eval(re.search(r"triton_meta=(\{.*?\}),\n", src, re.S).group(1),
-                       {"DeviceProperties": DeviceProperties})
-    cfg = config_of(src)
-    with tempfile.TemporaryDirectory() as d:
-        path = pathlib.Path(d) / f"{name}.py"
-        path.write_text("import triton\nimport triton.language as tl\n"
-                        + src[src.index("@triton.jit"):])
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        compiled = triton.compile(
-            ASTSource(fn=getattr(module, name), signature=triton_meta["signature"],
-                      attrs=triton_meta["configs"][0]),
-            target=GPUTarget("cuda", 90, 32),
-            options={"num_warps": cfg.num_warps, "num_stages": cfg.num_stages},
-        )
-        ptx = compiled.asm["ptx"]
-        # the ptxas Triton itself uses for sm_90 (its newest, where the bundled ptxas is
-        # older than the PTX it emits)
-        ptxas = get_ptxas(90).path
-        (pathlib.Path(d) / "k.ptx").write_text(ptx)
-        info = subprocess.run([str(ptxas), "-v", "--gpu-name=sm_90a", str(pathlib.Path(d) / "k.ptx"),
-                               "-o", str(pathlib.Path(d) / "k.cubin")],
-                              capture_output=True, text=True, check=True).stderr
-    return dict(shared=compiled.metadata.shared,
-                spill_bytes=int(re.search(r"(\d+) bytes spill stores", info).group(1)),
-                mma=ptx.count("wgmma.mma_async") + ptx.count("mma.sync"))
-
-
 # ---------------------------------------------------------------------------- GPU
 
 # the H200's cost model keeps these batched shapes on the stock path; their values are
@@ -753,7 +610,7 @@ class TestTensorCoreMMGPU(TensorCoreMMTestCase):
     @requires_cuda_sm80
     @parametrize("op", ["mm", "addmm", "bmm", "baddbmm"])
     @parametrize("dtype", [BF16, FP16], name_fn=dtype_name)
-    # the last splits K (mm, addmm)
+    # the last: few column tiles for the SMs
     @parametrize("mnk", [(2, 4096, 4096), (3, 1001, 999), (16, 4096, 4096), (37, 1001, 999),
                          (128, 256, 136), (200, 96, 4095), (16, 1024, 4096)],
                  name_fn=lambda mnk: "x".join(map(str, mnk)))

@@ -21,14 +21,16 @@ from torch.testing._internal.common_utils import instantiate_parametrized_tests,
 
 try:
     from .test_tensorcore_mm import (
-        DEVICE_SPECS, TensorCoreMMTestCase, gpu_randn, linear, no_template_binary,
-        requires_cuda_sm80, requires_h200, template_kernels,
+        DEVICE_SPECS, TensorCoreMMTestCase, gpu_randn, linear, requires_cuda_sm80, requires_h200,
+        template_kernels,
     )
+    from .test_tensorcore_mm_fallback import no_template_binary
 except ImportError:
     from test_tensorcore_mm import (
-        DEVICE_SPECS, TensorCoreMMTestCase, gpu_randn, linear, no_template_binary,
-        requires_cuda_sm80, requires_h200, template_kernels,
+        DEVICE_SPECS, TensorCoreMMTestCase, gpu_randn, linear, requires_cuda_sm80, requires_h200,
+        template_kernels,
     )
+    from test_tensorcore_mm_fallback import no_template_binary
 
 
 class TestAutotuneConfigs(TestCase):

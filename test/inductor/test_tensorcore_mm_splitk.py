@@ -1,0 +1,82 @@
+# Owner(s): ["module: inductor"]
+"""``config.tensorcore_mm_autocast`` splitting K where M and N give too few tiles for the
+SMs: each program sums a range of K steps into an fp32 workspace, and the last program
+of a tile adds the partials in split order (deterministic) and runs the epilogue.
+
+The configs as plain Python for the H200's properties; the generated CUDA code for an
+H200's plan (nothing run); values on any CUDA GPU with sm_80.
+"""
+from __future__ import annotations
+
+from torch._inductor.kernel import mm_tensorcore_plan as planner
+from torch._inductor.test_case import run_tests, TestCase
+from torch.testing._internal.common_utils import instantiate_parametrized_tests, parametrize
+from torch.testing._internal.inductor_utils import GPU_TYPE
+
+
+try:
+    from .test_tensorcore_mm import (
+        BF16, FP16, H200, TensorCoreMMTestCase, dtype_name, emulate_fp64, gpu_randn,
+        kernel_source, linear, matmul_inputs, matmul_op, requires_cuda_sm80, requires_h200,
+        template_kernels,
+    )
+except ImportError:
+    from test_tensorcore_mm import (
+        BF16, FP16, H200, TensorCoreMMTestCase, dtype_name, emulate_fp64, gpu_randn,
+        kernel_source, linear, matmul_inputs, matmul_op, requires_cuda_sm80, requires_h200,
+        template_kernels,
+    )
+
+
+def linear_problem(m, n, k):
+    op = planner.Operand
+    return planner.Problem("addmm", 1, m, n, k, op(m * k, True), op(k * n, True), op(n, True))
+
+
+class TestSplitKPlan(TestCase):
+    def test_split_where_tiles_leave_sms_idle(self):
+        # 16x1024: 32 column tiles for 132 SMs; 16x4096 fills them without a split
+        split = planner.plan(linear_problem(16, 1024, 4096), H200).config
+        self.assertGreater(split.SPLIT_K, 1, split)
+        self.assertGreater(split.workspace_bytes(16, 1024), 0)
+        self.assertEqual(planner.plan(linear_problem(16, 4096, 4096), H200).config.SPLIT_K, 1)
+        # batched, or K too short for 4 steps a split: no split
+        batched = planner.Problem("bmm", 4, 16, 1024, 4096, planner.Operand(4 * 16 * 4096, True),
+                                  planner.Operand(4 * 4096 * 1024, True))
+        self.assertEqual(planner.plan(batched, H200).config.SPLIT_K, 1)
+        self.assertEqual(planner.plan(linear_problem(16, 1024, 256), H200).config.SPLIT_K, 1)
+
+
+@requires_h200
+class TestTensorCoreMMSplitKCodegen(TensorCoreMMTestCase):
+    """Generated code for the H200 (nothing run)."""
+
+    def test_decode_split_k(self):
+        # N=1024: 64 tiles for 132 SMs, so K is split in two; the last program of a
+        # tile adds the partials in a fixed order and runs the epilogue
+        code = self.cuda_code(linear(), *gpu_randn((16, 4096), (1024, 4096), (1024,)))
+        self.assertTemplate(code)
+        src = kernel_source(code, template_kernels(code)[0])
+        self.assertIn("SPLIT_K : tl.constexpr = 2", src)
+        self.assertRegex("\n".join(code), r"workspace_\d+\.zero_\(\)")
+
+
+class TestTensorCoreMMSplitKGPU(TensorCoreMMTestCase):
+    @requires_cuda_sm80
+    @parametrize("op", ["mm", "addmm"])
+    @parametrize("dtype", [BF16, FP16], name_fn=dtype_name)
+    def test_values(self, op, dtype):
+        inputs = matmul_inputs(op, 16, 1024, 4096, device=GPU_TYPE)
+        fn = matmul_op(op, dtype)
+        out, code = self.compile_and_run(fn, *inputs)
+        self.assertLikeEager(out, fn, inputs, lambda *d: emulate_fp64(op, d), dtype)
+        # deterministic: the partials are added in split order
+        again, _ = self.compile_and_run(fn, *inputs)
+        self.assertEqual(out, again, atol=0, rtol=0)
+
+
+instantiate_parametrized_tests(TestSplitKPlan)
+instantiate_parametrized_tests(TestTensorCoreMMSplitKGPU)
+
+if __name__ == "__main__":
+    run_tests()
