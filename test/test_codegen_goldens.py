@@ -63,12 +63,12 @@ APPROXIMATIONS = ("none", "tanh")
 TestTensorCoreMMCodegen = goldens(test_tensorcore_mm, test_tensorcore_mm.TestTensorCoreMMCodegen, [
     "test_decode", "test_decode_epilogue", "test_prefill", "test_prefill_epilogue",
     "test_stock_kept"])
-# (their test cases compile through test_tensorcore_mm's and test_gelu_add's get_code)
+# (through the get_code of the module that calls it: the test case's, or its own)
 TestTensorCoreMMSplitKCodegen = goldens(
     test_tensorcore_mm, test_tensorcore_mm_splitk.TestTensorCoreMMSplitKCodegen,
     ["test_decode_split_k"])
 TestTensorCoreMMDynamicCodegen = goldens(
-    test_tensorcore_mm, test_tensorcore_mm_dynamic.TestTensorCoreMMDynamicCodegen,
+    test_tensorcore_mm_dynamic, test_tensorcore_mm_dynamic.TestTensorCoreMMDynamicCodegen,
     ["test_dynamic_m_bounded"])
 TestTensorCoreMMGemvCodegen = goldens(
     test_tensorcore_mm, test_tensorcore_mm_decode.TestTensorCoreMMGemvCodegen, ["test_gemv"])

@@ -795,9 +795,10 @@ def check(run_tests: bool = True, compare_junit: pathlib.Path | None = None,
                 if len(problems) > 40:
                     print(f"  ... and {len(problems) - 40} more", file=sys.stderr)
             else:
+                flag = (f"declares {CONFIG}:{overlay.flag}" if overlay.part_of is None
+                        else f"a part of {overlay.part_of}")
                 print(f"[check] {name}: no added line under torch/ names {FORBIDDEN} or reassigns "
-                      f"an upstream object at top level; declares {CONFIG}:{overlay.flag}; tests "
-                      "byte-identical")
+                      f"an upstream object at top level; {flag}; tests byte-identical")
             new_modules += [p for p in overlay.files if p.endswith(".py")]
             if not run_tests:
                 continue

@@ -21,13 +21,13 @@ from torch.testing._internal.common_utils import instantiate_parametrized_tests,
 
 try:
     from .test_tensorcore_mm import (
-        DEVICE_SPECS, TensorCoreMMTestCase, gpu_randn, linear, requires_cuda_sm80, requires_h200,
+        DEVICE_SPECS, TensorCoreMMTestCase, gpu_randn, linear, plans_as_h200, requires_cuda_sm80,
         template_kernels,
     )
     from .test_tensorcore_mm_fallback import no_template_binary
 except ImportError:
     from test_tensorcore_mm import (
-        DEVICE_SPECS, TensorCoreMMTestCase, gpu_randn, linear, requires_cuda_sm80, requires_h200,
+        DEVICE_SPECS, TensorCoreMMTestCase, gpu_randn, linear, plans_as_h200, requires_cuda_sm80,
         template_kernels,
     )
     from test_tensorcore_mm_fallback import no_template_binary
@@ -51,7 +51,7 @@ class TestAutotuneConfigs(TestCase):
 
 
 class TestTensorCoreMMAutotune(TensorCoreMMTestCase):
-    @requires_h200
+    @plans_as_h200
     def test_max_autotune_adds_configs_and_the_stock_path(self):
         from torch._inductor.codegen.subgraph import SubgraphChoiceCaller
         from torch._inductor.select_algorithm import TritonTemplateCaller

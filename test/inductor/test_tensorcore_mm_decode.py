@@ -3,7 +3,7 @@
 16-bit weights that Inductor's freezing folded into constants.
 
 As test_tensorcore_mm.py: the plans as plain Python for the H200's properties, the
-generated CUDA code for an H200's decisions, values on any CUDA GPU with sm_80.
+generated CUDA code for the H200's plans and values, on any CUDA GPU with sm_80.
 """
 from __future__ import annotations
 
@@ -24,13 +24,13 @@ try:
     from .test_tensorcore_mm import (
         BF16, FP16, H200, IS_H200, TensorCoreMMTestCase, cast_kernels, comparable, dtype_name,
         emulate_fp64, gpu_randn, kernel_source, linear, matmul_inputs, matmul_op,
-        requires_cuda_sm80, requires_h200, template_kernels,
+        plans_as_h200, requires_cuda_sm80, template_kernels,
     )
 except ImportError:
     from test_tensorcore_mm import (
         BF16, FP16, H200, IS_H200, TensorCoreMMTestCase, cast_kernels, comparable, dtype_name,
         emulate_fp64, gpu_randn, kernel_source, linear, matmul_inputs, matmul_op,
-        requires_cuda_sm80, requires_h200, template_kernels,
+        plans_as_h200, requires_cuda_sm80, template_kernels,
     )
 
 
@@ -57,9 +57,9 @@ class TestGemvPlan(TestCase):
         self.assertEqual(dynamic.path, "template", dynamic.describe())
 
 
-@requires_h200
+@plans_as_h200
 class TestTensorCoreMMGemvCodegen(TensorCoreMMTestCase):
-    """Generated code for the H200 (nothing run)."""
+    """Generated code for the H200's plans (nothing run)."""
 
     def test_gemv(self):
         # M=1: one reduction over K reads the fp32 x, w and bias, rounds them to bf16
@@ -162,7 +162,7 @@ class TestTensorCoreMMFreezing(TensorCoreMMTestCase):
         # the fp32 parameters are not arguments of the graph
         self.assertNotRegex("\n".join(code), r"_frozen_param\d+ = None  # [^\n]*torch\.float32 \((4096|14336), ")
 
-    @requires_h200
+    @plans_as_h200
     def test_frozen_decode(self):
         # M=16, 4096x4096: one template kernel reads the fp32 x (cast in registers), the
         # bf16 weight and bias constants freezing folded; no cast kernel, no cuBLAS call
@@ -173,7 +173,7 @@ class TestTensorCoreMMFreezing(TensorCoreMMTestCase):
         self.assertReadsBf16Constants(code, kernel)
         self.assertNotIn("extern_kernels.", "\n".join(code))
 
-    @requires_h200
+    @plans_as_h200
     def test_frozen_gemv(self):
         # M=1: the gemv reduction over K reads the bf16 weight constant (K contiguous)
         code = self.frozen_code(frozen_linear(4096, 4096).to(GPU_TYPE), torch.randn(1, 4096, device=GPU_TYPE))
@@ -185,7 +185,7 @@ class TestTensorCoreMMFreezing(TensorCoreMMTestCase):
         FileCheck().check("tl.load(in_ptr0").check("tl.load(in_ptr1").check(
             ".to(tl.bfloat16)").check("tl.sum").check("tl.store").run(kernel_source(code, kernel))
 
-    @requires_h200
+    @plans_as_h200
     def test_frozen_prefill_is_frozen_stock(self):
         # M=256: cuBLAS on the bf16 constant, as frozen stock (same code, metadata aside)
         mod, x = frozen_linear(1024, 4096).to(GPU_TYPE), torch.randn(256, 4096, device=GPU_TYPE)
@@ -196,7 +196,7 @@ class TestTensorCoreMMFreezing(TensorCoreMMTestCase):
         self.assertEqual(comparable(code), comparable(stock))
         self.assertIn("extern_kernels.addmm(_frozen_param", "\n".join(code))
 
-    @requires_h200
+    @plans_as_h200
     def test_frozen_16bit_x_where_cublas_is_not_beaten_is_stock(self):
         # x already bf16 (a norm's output in a model), 16x4096x4096: the template would
         # only stream the weight about as cuBLAS does: stock, counted as such
@@ -211,7 +211,7 @@ class TestTensorCoreMMFreezing(TensorCoreMMTestCase):
         self.assertEqual(template_kernels(code), [])
         self.assertEqual(self.counts["tensorcore_mm_stock:cost_model_frozen"], 1, dict(self.counts))
 
-    @requires_h200
+    @plans_as_h200
     def test_frozen_concatenated_linears(self):
         # freezing concatenates linears that share their input (Llama's w1, w3) into one
         # mm traced anew, without autocast's marks: still a bf16 mm of a frozen weight

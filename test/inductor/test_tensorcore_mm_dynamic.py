@@ -3,7 +3,7 @@
 bound ``mark_dynamic`` gives, with a config planned for the whole range, or stock.
 
 As test_tensorcore_mm.py: the plans as plain Python for the H200's properties, the
-generated CUDA code for an H200's decisions, values on any CUDA GPU with sm_80.
+generated CUDA code for the H200's plans and values, on any CUDA GPU with sm_80.
 """
 from __future__ import annotations
 
@@ -19,13 +19,13 @@ from torch.testing._internal.inductor_utils import GPU_TYPE
 try:
     from .test_tensorcore_mm import (
         BF16, H200, IS_H200, TensorCoreMMTestCase, gpu_randn, kernel_source, linear,
-        no_caches, requires_cuda_sm80, requires_h200, template_kernels, tensorcore,
+        no_caches, plans_as_h200, requires_cuda_sm80, template_kernels, tensorcore,
         tolerate_dynamic_outputs,
     )
 except ImportError:
     from test_tensorcore_mm import (
         BF16, H200, IS_H200, TensorCoreMMTestCase, gpu_randn, kernel_source, linear,
-        no_caches, requires_cuda_sm80, requires_h200, template_kernels, tensorcore,
+        no_caches, plans_as_h200, requires_cuda_sm80, template_kernels, tensorcore,
         tolerate_dynamic_outputs,
     )
 
@@ -48,9 +48,9 @@ class TestDynamicMPlan(TestCase):
         self.assertEqual(unbounded.path, "stock", unbounded.describe())
 
 
-@requires_h200
+@plans_as_h200
 class TestTensorCoreMMDynamicCodegen(TensorCoreMMTestCase):
-    """Generated code for the H200 (nothing run)."""
+    """Generated code for the H200's plans (nothing run)."""
 
     def dynamic_m_code(self, m_max):
         def fn(x, w, b):

@@ -17,13 +17,13 @@ from torch.testing._internal.inductor_utils import GPU_TYPE
 try:
     from .test_tensorcore_mm import (
         BF16, FP16, H200, TensorCoreMMTestCase, dtype_name, emulate_fp64, gpu_randn,
-        kernel_source, linear, matmul_inputs, matmul_op, requires_cuda_sm80, requires_h200,
+        kernel_source, linear, matmul_inputs, matmul_op, plans_as_h200, requires_cuda_sm80,
         template_kernels,
     )
 except ImportError:
     from test_tensorcore_mm import (
         BF16, FP16, H200, TensorCoreMMTestCase, dtype_name, emulate_fp64, gpu_randn,
-        kernel_source, linear, matmul_inputs, matmul_op, requires_cuda_sm80, requires_h200,
+        kernel_source, linear, matmul_inputs, matmul_op, plans_as_h200, requires_cuda_sm80,
         template_kernels,
     )
 
@@ -47,9 +47,9 @@ class TestSplitKPlan(TestCase):
         self.assertEqual(planner.plan(linear_problem(16, 1024, 256), H200).config.SPLIT_K, 1)
 
 
-@requires_h200
+@plans_as_h200
 class TestTensorCoreMMSplitKCodegen(TensorCoreMMTestCase):
-    """Generated code for the H200 (nothing run)."""
+    """Generated code for the H200's plans (nothing run)."""
 
     def test_decode_split_k(self):
         # N=1024: 64 tiles for 132 SMs, so K is split in two; the last program of a
