@@ -610,8 +610,8 @@ class TestTensorCoreMMFallback(TensorCoreMMTestCase):
 
 # ---------------------------------------------------------------------------- GPU
 
-# the H200's cost model keeps these batched shapes on the stock path; their values are
-# still checked, against the same criterion
+# the H200's cost model keeps these batched shapes on the stock path (split K serves mm
+# and addmm there); their values are still checked, against the same criterion
 STOCK_BY_COST_MODEL = {("bmm", (200, 96, 4095)), ("baddbmm", (200, 96, 4095))}
 
 
