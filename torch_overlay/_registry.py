@@ -218,7 +218,9 @@ class Registry:
         try:
             for path in self.get(name).edit_files:
                 diff = select_edit(path)
-                variants[diff.upstream.removeprefix("torch/_inductor/")] = variant_name(diff.path)
+                # per upstream file, the overlay's own edit's (its parts' flags come after)
+                variants.setdefault(diff.upstream.removeprefix("torch/_inductor/"),
+                                    variant_name(diff.path))
                 diffs.append(diff)
             swaps = plan_swaps([d for d in diffs if not d.module_level])
             return Plan(swaps, None, variants, [d.path for d in diffs])
