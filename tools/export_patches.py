@@ -733,7 +733,10 @@ def run_exported_tests(pythonpath: pathlib.Path, files: list[str], cache: pathli
 
 
 def check(run_tests: bool = True, compare_junit: pathlib.Path | None = None,
-          pytest_args: Iterable[str] = ()) -> int:
+          pytest_args: Iterable[str] = (), only: set[int] | None = None,
+          stale_step: bool = True) -> int:
+    """``only``: the tests of these patches (1-based) and no pristine run; ``stale_step``
+    False: no staleness step (a copy without the git history the export dates from)."""
     t0 = time.time()
     if not (PATCHES / "series").exists():
         print("patches/series missing: run `python tools/export_patches.py`", file=sys.stderr)
@@ -747,16 +750,18 @@ def check(run_tests: bool = True, compare_junit: pathlib.Path | None = None,
         tmp = pathlib.Path(tmp)
         # 1. stale?
         try:
-            build_series(tmp / "fresh", tmp / "work")
+            if stale_step:
+                build_series(tmp / "fresh", tmp / "work")
         except ExportError as e:
             print(f"the export fails: {e}", file=sys.stderr)
             return 1
-        problems = stale(PATCHES, tmp / "fresh")
+        problems = stale(PATCHES, tmp / "fresh") if stale_step else []
         if problems:
             print("patches/ is stale against the overlay code (" + "; ".join(problems) + "): run "
                   "`python tools/export_patches.py` and commit patches/", file=sys.stderr)
             return 1
-        print(f"[check] patches/ is up to date ({time.time() - t0:.0f}s)")
+        if stale_step:
+            print(f"[check] patches/ is up to date ({time.time() - t0:.0f}s)")
         # 2. apply the committed series to a pristine tree, one patch at a time
         tree = pristine_tree(tmp / "pristine")
         overlays = collect()
@@ -800,7 +805,7 @@ def check(run_tests: bool = True, compare_junit: pathlib.Path | None = None,
                 print(f"[check] {name}: no added line under torch/ names {FORBIDDEN} or reassigns "
                       f"an upstream object at top level; {flag}; tests byte-identical")
             new_modules += [p for p in overlay.files if p.endswith(".py")]
-            if not run_tests:
+            if not run_tests or (only and i + 1 not in only):
                 continue
             # 4. its tests against the patched copy, overlays off, GPU-free
             changed = git(tree, "diff", "--name-only", "HEAD~%d" % (i + 1), "HEAD").stdout.split()
@@ -816,7 +821,7 @@ def check(run_tests: bool = True, compare_junit: pathlib.Path | None = None,
                 print(result.probe_error or _failures(result), file=sys.stderr)
             if compare_junit is not None:
                 ok &= same_as_project_run(result, overlay.test_file, compare_junit)
-        if run_tests:
+        if run_tests and not only:
             # 5. the same tests against the pristine copy: each must fail
             expected = [n for r in patched.values() for n in r.outcomes]
             site = patched_torch(tree, [], tmp / "site_pristine")
@@ -920,6 +925,11 @@ def main(argv: list[str] | None = None) -> int:
                              "test file must have the same outcomes there")
     parser.add_argument("--pytest-arg", action="append", default=[], metavar="ARG",
                         help="with --check: passed to the pytest runs (e.g. -n=12 on the GPU)")
+    parser.add_argument("--only", metavar="N,N", type=lambda v: {int(n) for n in v.split(",")},
+                        help="with --check: the tests of these patches only (1-based), each "
+                             "after the patches up to it; no pristine run")
+    parser.add_argument("--no-stale-step", action="store_true",
+                        help="with --check: skip the staleness step (a copy with no git history)")
     parser.add_argument("--upstream", type=pathlib.Path, metavar="PATH",
                         help="report how the series applies to a pytorch checkout (left untouched)")
     parser.add_argument("--out", type=pathlib.Path, default=PATCHES, help="output directory")
@@ -927,7 +937,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.check:
             return check(run_tests=not args.no_tests, compare_junit=args.compare_junit,
-                         pytest_args=args.pytest_arg)
+                         pytest_args=args.pytest_arg, only=args.only,
+                         stale_step=not args.no_stale_step)
         if args.upstream:
             return try_upstream(args.upstream)
         require_pinned_torch()
