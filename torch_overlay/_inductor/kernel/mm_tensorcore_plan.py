@@ -229,12 +229,11 @@ class TileConfig:
     SPLIT_K: int = 1
 
     def smem_bytes(self, a_size: int, b_size: int) -> int:
-        """Shared memory Triton 3.6 allocates for this config, rounded up.
+        """Shared memory Triton allocates for this config, rounded up.
 
         num_stages - 1 tiles of each operand in flight, plus 16-bit copies of cast
         operands that wgmma reads from shared memory, plus 16 KB of headroom; the
-        epilogue's layout change reuses the same memory. Checked against Triton's
-        sm_90 compiles in test/test_tensorcore_mm.py.
+        epilogue's layout change reuses the same memory (as Triton compiles for sm_90).
         """
         stage = self.BLOCK_M * self.BLOCK_K * a_size + self.BLOCK_K * self.BLOCK_N * b_size
         recast = 2 * self.BLOCK_K * max(self.BLOCK_M, self.BLOCK_N) * HALF
