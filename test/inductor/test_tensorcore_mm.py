@@ -253,6 +253,15 @@ class TensorCoreMMTestCase(TestCase):
         self.assertEqual(self.counts["tensorcore_mm_template"], 0)
         self.assertGreaterEqual(self.counts[reason], 1, dict(self.counts))
 
+    def compile_values(self, op, dtype, mnk):
+        """The code of ``op`` at ``mnk`` (batch 2), compiled and run; its values checked
+        against eager autocast and fp64 (``assertLikeEager``)."""
+        inputs = matmul_inputs(op, *mnk, batch=2, device=GPU_TYPE)
+        fn = matmul_op(op, dtype)
+        out, code = self.compile_and_run(fn, *inputs)
+        self.assertLikeEager(out, fn, inputs, lambda *d: emulate_fp64(op, d), dtype)
+        return code
+
     def assertLikeEager(self, actual, fn, inputs, fn64, dtype):
         """Eager autocast's dtype, and an error against fp64 on the fp32 inputs no worse
         than eager autocast's (5% slack), relative to the output's scale."""
@@ -265,19 +274,20 @@ class TensorCoreMMTestCase(TestCase):
         self.assertLessEqual(err, 1.05 * eager_err + 1e-6, f"error {err:.3g}, eager's {eager_err:.3g}")
 
 
+def linear_problem(m, n, k, x_castable=True, w_castable=True):
+    """F.linear of fp32 x, w and bias under autocast, as the cost model sees it."""
+    op = planner.Operand
+    return planner.Problem("addmm", 1, m, n, k, op(m * k, True, not x_castable),
+                           op(k * n, True, not w_castable), op(n, True))
+
+
 class TestCostModel(TestCase):
     """The plan and configs, from shapes alone: no compile."""
-
-    @staticmethod
-    def linear_problem(m, n, k, x_castable=True, w_castable=True):
-        op = planner.Operand
-        return planner.Problem("addmm", 1, m, n, k, op(m * k, True, not x_castable),
-                                  op(k * n, True, not w_castable), op(n, True))
 
     @parametrize("mnk", [(16, 4096, 4096), (128, 4096, 4096), (16, 11008, 4096), (2, 4096, 4096)],
                  name_fn=lambda mnk: "x".join(map(str, mnk)))
     def test_decode_and_prefill_take_the_template(self, mnk):
-        plan = planner.plan(self.linear_problem(*mnk), H200)
+        plan = planner.plan(linear_problem(*mnk), H200)
         self.assertEqual(plan.path, "template", plan.describe())
         self.assertTrue(plan.fused_b, "the fp32 weight is what the template saves a cast of")
         self.assertTrue(plan.fused_bias)
@@ -286,7 +296,7 @@ class TestCostModel(TestCase):
                          (2048, 11008, 4096), (8192, 8192, 8192)],
                  name_fn=lambda mnk: "x".join(map(str, mnk)))
     def test_compute_bound_shapes_keep_stock(self, mnk):
-        plan = planner.plan(self.linear_problem(*mnk), H200)
+        plan = planner.plan(linear_problem(*mnk), H200)
         self.assertEqual(plan.path, "stock", plan.describe())
 
     def test_plan_per_shape(self):
@@ -309,14 +319,14 @@ class TestCostModel(TestCase):
             (8192, 8192, 8192): ("stock", False, False, None),
         }
         for mnk, want in expected.items():
-            plan = planner.plan(self.linear_problem(*mnk), H200)
+            plan = planner.plan(linear_problem(*mnk), H200)
             got = (plan.path, plan.fused_a, plan.fused_b, plan.config)
             if plan.path == "stock":  # a stock plan to measure names the template to time
                 got = ("stock", False, False, None)
             self.assertEqual(got, want, (mnk, plan.describe()))
 
     def test_decode_grid_fills_the_sms(self):
-        plan = planner.plan(self.linear_problem(16, 4096, 4096), H200)
+        plan = planner.plan(linear_problem(16, 4096, 4096), H200)
         cfg = plan.config
         self.assertEqual((cfg.BLOCK_M, cfg.BLOCK_N), (16, 32))
         tiles = -(-16 // cfg.BLOCK_M) * -(-4096 // cfg.BLOCK_N)
@@ -324,14 +334,14 @@ class TestCostModel(TestCase):
 
     def test_a_shared_cast_is_not_fused(self):
         # the bf16 weight is needed elsewhere (e.g. saved for backward): it is read, not re-cast
-        plan = planner.plan(self.linear_problem(16, 4096, 4096, w_castable=False), H200)
+        plan = planner.plan(linear_problem(16, 4096, 4096, w_castable=False), H200)
         self.assertFalse(plan.fused_b)
         self.assertNotIn("template[b]", [p.label for p in plan.predictions])
         self.assertNotIn("template[a,b]", [p.label for p in plan.predictions])
 
     def test_per_operand_choice_at_prefill(self):
         # M=128: the weight cast is fused whatever is done with x
-        plan = planner.plan(self.linear_problem(128, 4096, 4096), H200)
+        plan = planner.plan(linear_problem(128, 4096, 4096), H200)
         self.assertTrue(plan.fused_b)
         preds = {p.label: p.seconds for p in plan.predictions}
         self.assertLess(preds["template[b]"], preds["template[a]"])
@@ -353,7 +363,7 @@ class TestCostModel(TestCase):
         dev = planner.device_model(DEVICE_SPECS[gpu])
         for m in (1, 16, 37, 128, 200, 1024, 4096):
             for fused in ((True, True), (False, True), (True, False)):
-                p = self.linear_problem(m, 4096, 4096)
+                p = linear_problem(m, 4096, 4096)
                 configs = planner.select_configs(p, dev, *fused)
                 self.assertTrue(configs, (gpu, m, fused))
                 for cfg in configs:
@@ -366,7 +376,7 @@ class TestCostModel(TestCase):
         import dataclasses
 
         tiny = dataclasses.replace(H200, smem_per_block=16 * 1024)
-        plan = planner.plan(self.linear_problem(16, 4096, 4096), tiny)
+        plan = planner.plan(linear_problem(16, 4096, 4096), tiny)
         self.assertEqual(plan.path, "stock")
         self.assertTrue(plan.reason.startswith("smem"), plan.reason)
 
@@ -627,10 +637,7 @@ class TestTensorCoreMMGPU(TensorCoreMMTestCase):
                          (128, 256, 136), (200, 96, 4095), (16, 1024, 4096)],
                  name_fn=lambda mnk: "x".join(map(str, mnk)))
     def test_values(self, op, dtype, mnk):
-        inputs = matmul_inputs(op, *mnk, batch=2, device=GPU_TYPE)
-        fn = matmul_op(op, dtype)
-        out, code = self.compile_and_run(fn, *inputs)
-        self.assertLikeEager(out, fn, inputs, lambda *d: emulate_fp64(op, d), dtype)
+        code = self.compile_values(op, dtype, mnk)
         if not IS_H200:
             return
         if (op, mnk) in STOCK_BY_COST_MODEL:

@@ -21,13 +21,15 @@ from torch.testing._internal.common_utils import instantiate_parametrized_tests,
 
 try:
     from .test_tensorcore_mm import (
-        DEVICE_SPECS, TensorCoreMMTestCase, gpu_randn, linear, plans_as_h200, requires_cuda_sm80,
+        DEVICE_SPECS, TensorCoreMMTestCase, gpu_randn, linear, linear_problem, plans_as_h200,
+        requires_cuda_sm80,
         template_kernels,
     )
     from .test_tensorcore_mm_fallback import no_template_binary
 except ImportError:
     from test_tensorcore_mm import (
-        DEVICE_SPECS, TensorCoreMMTestCase, gpu_randn, linear, plans_as_h200, requires_cuda_sm80,
+        DEVICE_SPECS, TensorCoreMMTestCase, gpu_randn, linear, linear_problem, plans_as_h200,
+        requires_cuda_sm80,
         template_kernels,
     )
     from test_tensorcore_mm_fallback import no_template_binary
@@ -37,11 +39,9 @@ class TestAutotuneConfigs(TestCase):
     @parametrize("gpu", ["h200", "h100", "a100"])
     def test_every_config_fits_shared_memory(self, gpu):
         dev = planner.device_model(DEVICE_SPECS[gpu])
-        op = planner.Operand
         for m in (1, 16, 37, 128, 200, 1024, 4096):
             for fused in ((True, True), (False, True), (True, False)):
-                p = planner.Problem("addmm", 1, m, 4096, 4096, op(m * 4096, True),
-                                    op(4096 * 4096, True), op(4096, True))
+                p = linear_problem(m, 4096, 4096)
                 configs = planner.select_configs(p, dev, *fused, exhaustive=True)
                 self.assertGreater(len(configs), 1, (gpu, m, fused))
                 for cfg in configs:

@@ -23,20 +23,15 @@ from torch.testing._internal.inductor_utils import GPU_TYPE
 try:
     from .test_tensorcore_mm import (
         BF16, FP16, H200, IS_H200, TensorCoreMMTestCase, cast_kernels, comparable, dtype_name,
-        emulate_fp64, gpu_randn, kernel_source, linear, matmul_inputs, matmul_op,
+        gpu_randn, kernel_source, linear, linear_problem, matmul_inputs, matmul_op,
         plans_as_h200, requires_cuda_sm80, template_kernels,
     )
 except ImportError:
     from test_tensorcore_mm import (
         BF16, FP16, H200, IS_H200, TensorCoreMMTestCase, cast_kernels, comparable, dtype_name,
-        emulate_fp64, gpu_randn, kernel_source, linear, matmul_inputs, matmul_op,
+        gpu_randn, kernel_source, linear, linear_problem, matmul_inputs, matmul_op,
         plans_as_h200, requires_cuda_sm80, template_kernels,
     )
-
-
-def linear_problem(m, n, k):
-    op = planner.Operand
-    return planner.Problem("addmm", 1, m, n, k, op(m * k, True), op(k * n, True), op(n, True))
 
 
 class TestGemvPlan(TestCase):
@@ -104,10 +99,7 @@ class TestTensorCoreMMGemvGPU(TensorCoreMMTestCase):
     @parametrize("mnk", [(1, 4096, 4096), (1, 1001, 999)],
                  name_fn=lambda mnk: "x".join(map(str, mnk)))
     def test_values(self, op, dtype, mnk):
-        inputs = matmul_inputs(op, *mnk, batch=2, device=GPU_TYPE)
-        fn = matmul_op(op, dtype)
-        out, code = self.compile_and_run(fn, *inputs)
-        self.assertLikeEager(out, fn, inputs, lambda *d: emulate_fp64(op, d), dtype)
+        code = self.compile_values(op, dtype, mnk)
         if not IS_H200:
             return
         if op in ("mm", "addmm"):  # a reduction kernel; batched rows take the template

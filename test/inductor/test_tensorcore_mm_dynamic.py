@@ -18,13 +18,13 @@ from torch.testing._internal.inductor_utils import GPU_TYPE
 
 try:
     from .test_tensorcore_mm import (
-        BF16, H200, IS_H200, TensorCoreMMTestCase, gpu_randn, kernel_source, linear,
+        BF16, H200, IS_H200, TensorCoreMMTestCase, gpu_randn, kernel_source, linear, linear_problem,
         no_caches, plans_as_h200, requires_cuda_sm80, template_kernels, tensorcore,
         tolerate_dynamic_outputs,
     )
 except ImportError:
     from test_tensorcore_mm import (
-        BF16, H200, IS_H200, TensorCoreMMTestCase, gpu_randn, kernel_source, linear,
+        BF16, H200, IS_H200, TensorCoreMMTestCase, gpu_randn, kernel_source, linear, linear_problem,
         no_caches, plans_as_h200, requires_cuda_sm80, template_kernels, tensorcore,
         tolerate_dynamic_outputs,
     )
@@ -33,13 +33,8 @@ except ImportError:
 class TestDynamicMPlan(TestCase):
     """The plan for a symbolic M, from shapes alone: no compile."""
 
-    @staticmethod
-    def linear_problem(m, n, k):
-        op = planner.Operand
-        return planner.Problem("addmm", 1, m, n, k, op(m * k, True), op(k * n, True), op(n, True))
-
     def test_dynamic_m_plan_holds_over_the_range(self):
-        p = self.linear_problem(16, 4096, 4096)
+        p = linear_problem(16, 4096, 4096)
         bounded = planner.plan_dynamic_m(p, H200, 64)
         self.assertEqual(bounded.path, "template", bounded.describe())
         hinted = planner.plan(p, H200)

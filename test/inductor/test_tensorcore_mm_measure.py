@@ -19,36 +19,33 @@ from torch.testing._internal.common_utils import instantiate_parametrized_tests,
 
 try:
     from .test_tensorcore_mm import (
-        BF16, H200, TensorCoreMMTestCase, comparable, gpu_randn, linear, requires_cuda_sm80,
+        BF16, H200, TensorCoreMMTestCase, comparable, gpu_randn, linear, linear_problem,
+        requires_cuda_sm80,
     )
 except ImportError:
     from test_tensorcore_mm import (
-        BF16, H200, TensorCoreMMTestCase, comparable, gpu_randn, linear, requires_cuda_sm80,
+        BF16, H200, TensorCoreMMTestCase, comparable, gpu_randn, linear, linear_problem,
+        requires_cuda_sm80,
     )
 
 
 class TestMeasuredPlan(TestCase):
-    @staticmethod
-    def linear_problem(m, n, k):
-        op = planner.Operand
-        return planner.Problem("addmm", 1, m, n, k, op(m * k, True), op(k * n, True), op(n, True))
-
     def test_uncertain_wins_are_measured(self):
         # decode streams the fp32 weight once: a large predicted win is taken as is
-        decode = planner.plan(self.linear_problem(16, 4096, 4096), H200)
+        decode = planner.plan(linear_problem(16, 4096, 4096), H200)
         self.assertEqual((decode.path, decode.measure), ("template", False), decode.describe())
         # a smaller predicted win, the weight still streamed once: timed on the device
         for mnk in [(64, 14336, 4096), (256, 4096, 4096)]:
-            plan = planner.plan(self.linear_problem(*mnk), H200)
+            plan = planner.plan(linear_problem(*mnk), H200)
             self.assertTrue(plan.measure, plan.describe())
             self.assertIsNotNone(plan.config)
         # tiles that re-read the operands: stock, whatever is predicted, nothing timed
         for mnk in [(1024, 1024, 1024), (1576, 4096, 1024)]:
-            plan = planner.plan(self.linear_problem(*mnk), H200)
+            plan = planner.plan(linear_problem(*mnk), H200)
             self.assertEqual((plan.path, plan.reason, plan.measure),
                              ("stock", planner.REREAD, False), plan.describe())
         # predicted slower: stock, nothing to time
-        big = planner.plan(self.linear_problem(4096, 4096, 4096), H200)
+        big = planner.plan(linear_problem(4096, 4096, 4096), H200)
         self.assertEqual((big.path, big.measure), ("stock", False), big.describe())
 
 

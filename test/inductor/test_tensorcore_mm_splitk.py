@@ -17,20 +17,17 @@ from torch.testing._internal.inductor_utils import GPU_TYPE
 try:
     from .test_tensorcore_mm import (
         BF16, FP16, H200, TensorCoreMMTestCase, dtype_name, emulate_fp64, gpu_randn,
-        kernel_source, linear, matmul_inputs, matmul_op, plans_as_h200, requires_cuda_sm80,
+        kernel_source, linear, linear_problem, matmul_inputs, matmul_op, plans_as_h200,
+        requires_cuda_sm80,
         template_kernels,
     )
 except ImportError:
     from test_tensorcore_mm import (
         BF16, FP16, H200, TensorCoreMMTestCase, dtype_name, emulate_fp64, gpu_randn,
-        kernel_source, linear, matmul_inputs, matmul_op, plans_as_h200, requires_cuda_sm80,
+        kernel_source, linear, linear_problem, matmul_inputs, matmul_op, plans_as_h200,
+        requires_cuda_sm80,
         template_kernels,
     )
-
-
-def linear_problem(m, n, k):
-    op = planner.Operand
-    return planner.Problem("addmm", 1, m, n, k, op(m * k, True), op(k * n, True), op(n, True))
 
 
 class TestSplitKPlan(TestCase):
