@@ -26,6 +26,7 @@ import logging
 import pathlib
 from typing import Any, Callable, Optional
 
+import sympy
 import torch
 from torch._dynamo.utils import counters
 from torch._inductor import config as inductor_config, ir
@@ -365,7 +366,7 @@ def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
     force = _force()
     dynamic_m = not isinstance(m, int) and not getattr(m, "is_number", False)
     if dynamic_m:
-        the_plan = planner.plan_dynamic_m(problem, dev, _m_max(m), force=force)
+        the_plan = _plan_dynamic_m(problem, dev, m, force)
     else:
         # a frozen weight's gemv was measured as it is laid out
         gemv_ok = weight16 or _k_contiguous(_val(node.args[b_i]))
@@ -630,15 +631,35 @@ def _gelu_add_epilogue(node: torch.fx.Node) -> Optional[Any]:
 DYNAMIC_M_CEILING = 8192
 
 
-def _m_max(m: Any) -> int:
-    """The largest M a symbolic M may take (``mark_dynamic(x, 0, max=...)`` bounds it)."""
+def _m_range(m: Any) -> tuple[int, Optional[int]]:
+    """The smallest and largest M a symbolic M may take; the largest is None where
+    nothing bounds it (``mark_dynamic(x, 0, max=...)`` does)."""
     try:
-        bound = V.graph.sizevars.shape_env.bound_sympy(m).upper
-        if bound.is_finite:
-            return min(DYNAMIC_M_CEILING, int(bound))
-    except Exception:  # no range known: the ceiling stands
+        bound = V.graph.sizevars.shape_env.bound_sympy(m)
+        lower = int(bound.lower) if bound.lower.is_finite else 1
+        return max(1, lower), (int(bound.upper) if bound.upper.is_finite else None)
+    except Exception:  # no range known: nothing bounds M
         log.debug("tensorcore_mm: no value range for %s", m, exc_info=True)
-    return DYNAMIC_M_CEILING
+    return 1, None
+
+
+def _plan_dynamic_m(problem: Any, dev: Any, m: Any, force: Any) -> Any:
+    """The plan for a symbolic M. Unbounded, M up to a split gets a decode-shaped kernel,
+    kept there by a guard on M (a larger M compiles another graph); otherwise one plan
+    serves the whole range (a range the user bounded must hold whole: no guard in it)."""
+    lower, upper = _m_range(m)
+    if upper is None:
+        splits = planner.dynamic_m_splits(problem, dev, lower, DYNAMIC_M_CEILING, force=force)
+        if splits:
+            # the smallest split at or above the hint; above them all, the largest, whose
+            # guard then reads M > split and sends smaller M to a graph of their own
+            split, the_plan = next((s for s in splits if s[0] >= problem.m), splits[-1])
+            # False, with no guard, where M has no hint
+            if V.graph.sizevars.guard_or_false(sympy.Le(m, split)):
+                _count("tensorcore_mm_dynamic_m_split")
+                return the_plan
+    return planner.plan_dynamic_m(problem, dev, min(upper or DYNAMIC_M_CEILING, DYNAMIC_M_CEILING),
+                                  force=force)
 
 
 def _stock_fn(op: str, dtype: torch.dtype, alpha: Any, beta: Any) -> Callable[..., Any]:

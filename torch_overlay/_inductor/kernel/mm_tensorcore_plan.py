@@ -674,6 +674,16 @@ def plan(p: Problem, dev: DeviceModel, allow_gemv: bool = True,
     return Plan("stock", "cost model: no clear win", predictions=tuple(preds))
 
 
+def at_m(p: Problem, m: int) -> Problem:
+    """``p`` with ``m`` rows."""
+    scale = m / max(1, p.m)
+    q = dataclasses.replace(p, m=m, a=dataclasses.replace(p.a, numel=int(p.a.numel * scale)))
+    if p.epilogue is not None:  # its tensors grow with M (a broadcast residual is overcounted)
+        q = dataclasses.replace(q, epilogue=Epilogue(int(p.epilogue.read_bytes * scale),
+                                                     int(p.epilogue.write_bytes * scale)))
+    return q
+
+
 def plan_dynamic_m(p: Problem, dev: DeviceModel, m_max: int,
                    tolerance: float = 1.25, force: Force = NO_FORCE) -> Plan:
     """The plan for a symbolic M: one kernel serves every M up to ``m_max``.
@@ -687,11 +697,7 @@ def plan_dynamic_m(p: Problem, dev: DeviceModel, m_max: int,
     base = plan(p, dev, allow_gemv=False, force=force)
     if base.path != "template" or m_max <= p.m or force.path or force.config:
         return base
-    scale = m_max / max(1, p.m)
-    big = dataclasses.replace(p, m=m_max, a=dataclasses.replace(p.a, numel=int(p.a.numel * scale)))
-    if p.epilogue is not None:  # its tensors grow with M (a broadcast residual is overcounted)
-        big = dataclasses.replace(big, epilogue=Epilogue(int(p.epilogue.read_bytes * scale),
-                                                         int(p.epilogue.write_bytes * scale)))
+    big = at_m(p, m_max)
     stock_small, stock_big = predict(p, dev), predict(big, dev)
     best, best_worst = None, math.inf
     # every operand set the hint considered: casting x in the kernel pays at small M only
@@ -708,6 +714,28 @@ def plan_dynamic_m(p: Problem, dev: DeviceModel, m_max: int,
     fa, fb, cfg = best
     return dataclasses.replace(base, fused_a=fa, fused_b=fb, config=cfg,
                                reason=f"dynamic M up to {m_max}")
+
+
+# where a symbolic M may split in two, the range up to the split getting a decode-shaped
+# kernel behind a guard on M; few values, so a graph recompiles for few ranges
+M_SPLITS = (16, 64, 256)
+
+
+def dynamic_m_splits(p: Problem, dev: DeviceModel, m_min: int, m_max: int,
+                     force: Force = NO_FORCE) -> list[tuple[int, Plan]]:
+    """Each split S of ``M_SPLITS`` (``m_min <= S < m_max``) for which one config wins at
+    every M from ``m_min`` to S (by the usual margin at ``m_min``, outright at S), with
+    that plan, smallest first.
+
+    A guard M <= S keeps such a kernel from any larger M, whose graph compiles anew: a
+    decode batch that varies keeps a template tuned to its range, a prefill stock.
+    """
+    if force.path or force.config:
+        return []
+    low = at_m(p, max(1, m_min))
+    plans = [(split, plan_dynamic_m(low, dev, split, tolerance=1.0))
+             for split in M_SPLITS if low.m <= split < m_max]
+    return [(split, q) for split, q in plans if q.path == "template"]
 
 
 def template_configs(the_plan: Plan, p: Problem, dev: DeviceModel, exhaustive: bool,
