@@ -102,6 +102,13 @@ class TestTensorCoreMMDynamicCodegen(TensorCoreMMTestCase):
         self.assertEqual(self.counts["tensorcore_mm_dynamic_m_split"], 0)
         self.assertFalse([g for g in guards if "<= 16" in g], guards)
 
+    def test_dynamic_m_given_wide_range_keeps_stock(self):
+        # a range the user gave, however wide: no guard may narrow it (Dynamo would fail
+        # the compile), so one plan for M up to the ceiling
+        code, guards = self.dynamic_m_code(1 << 16)
+        self.assertStock(code, "tensorcore_mm_stock:dynamic_m_range")
+        self.assertEqual(self.counts["tensorcore_mm_dynamic_m_split"], 0)
+
     def test_dynamic_m_unbounded_splits(self):
         # a decode batch: a kernel for M up to 16, and a guard that keeps it there
         code, guards = self.dynamic_m_code(None)

@@ -633,7 +633,7 @@ DYNAMIC_M_CEILING = 8192
 
 def _m_range(m: Any) -> tuple[int, Optional[int]]:
     """The smallest and largest M a symbolic M may take; the largest is None where
-    nothing bounds it (``mark_dynamic(x, 0, max=...)`` does)."""
+    nothing bounds it."""
     try:
         bound = V.graph.sizevars.shape_env.bound_sympy(m)
         lower = int(bound.lower) if bound.lower.is_finite else 1
@@ -643,13 +643,37 @@ def _m_range(m: Any) -> tuple[int, Optional[int]]:
     return 1, None
 
 
+def _range_given(m: Any) -> bool:
+    """M depends on a size whose range the user gave (``mark_dynamic``'s min or max):
+    Dynamo fails the compile on a guard that narrows it. Outside a Dynamo trace (a lazy
+    backward) nothing tells: assume so."""
+    from torch.fx.experimental.symbolic_shapes import StrictMinMaxConstraint
+
+    try:
+        from torch._dynamo.symbolic_convert import InstructionTranslator
+
+        tracked = InstructionTranslator.current_tx().output.tracked_fakes
+    except Exception:
+        return True
+    symbols = m.free_symbols
+    for fake in tracked:
+        constraints = getattr(fake.symbolic_context, "constraint_sizes", None) or ()
+        for dim, c in enumerate(constraints):
+            if isinstance(c, StrictMinMaxConstraint) and not c.warn_only:
+                size = fake.fake.size(dim)
+                if isinstance(size, torch.SymInt) and size.node.expr.free_symbols & symbols:
+                    return True
+    return False
+
+
 def _plan_dynamic_m(problem: Any, dev: Any, m: Any, force: Any) -> Any:
-    """The plan for a symbolic M. Unbounded, M up to a split gets a decode-shaped kernel,
-    kept there by a guard on M (a larger M compiles another graph); otherwise one plan
-    serves the whole range (a range the user bounded must hold whole: no guard in it)."""
+    """The plan for a symbolic M: M up to a split gets a decode-shaped kernel, kept
+    there by a guard on M (a larger M compiles another graph); where the user gave M's
+    range, one plan serves all of it."""
     lower, upper = _m_range(m)
-    if upper is None:
-        splits = planner.dynamic_m_splits(problem, dev, lower, DYNAMIC_M_CEILING, force=force)
+    m_max = min(upper or DYNAMIC_M_CEILING, DYNAMIC_M_CEILING)
+    if not _range_given(m):
+        splits = planner.dynamic_m_splits(problem, dev, lower, m_max, force=force)
         if splits:
             # the smallest split at or above the hint; above them all, the largest, whose
             # guard then reads M > split and sends smaller M to a graph of their own
@@ -658,8 +682,7 @@ def _plan_dynamic_m(problem: Any, dev: Any, m: Any, force: Any) -> Any:
             if V.graph.sizevars.guard_or_false(sympy.Le(m, split)):
                 _count("tensorcore_mm_dynamic_m_split")
                 return the_plan
-    return planner.plan_dynamic_m(problem, dev, min(upper or DYNAMIC_M_CEILING, DYNAMIC_M_CEILING),
-                                  force=force)
+    return planner.plan_dynamic_m(problem, dev, m_max, force=force)
 
 
 def _stock_fn(op: str, dtype: torch.dtype, alpha: Any, beta: Any) -> Callable[..., Any]:
