@@ -15,9 +15,9 @@ import torch.nn.functional as F
 from torch._dynamo.utils import counters
 from torch._guards import TracingContext
 from torch._inductor.compile_fx import compile_fx
-from torch._inductor.kernel import mm_tensorcore_plan as planner
+from torch._inductor.kernel import mm_tensorcore, mm_tensorcore_plan as planner
 from torch._inductor.test_case import run_tests, TestCase
-from torch._inductor.utils import get_code
+from torch._inductor.utils import fresh_cache, get_code
 from torch.testing._internal.inductor_utils import GPU_TYPE
 
 
@@ -145,6 +145,27 @@ class TestTensorCoreMMDynamicGPU(TensorCoreMMTestCase):
             # M <= 16 once (the template), M > 16 once; M = 2 reuses the first
             self.assertEqual(self.counts["tensorcore_mm_dynamic_m_split"], 1)
             self.assertEqual(self.counts["tensorcore_mm_template"], 1)
+
+    @requires_cuda_sm80
+    def test_dynamic_m_split_guard_from_the_cache(self):
+        # a warm cache brings the guard back with the kernel: M past the split still
+        # compiles a graph of its own
+        fn = linear()
+        w, b = gpu_randn((4096, 4096), (4096,))
+        dev = mm_tensorcore.current_device_model(torch.device(GPU_TYPE))
+        splits = planner.dynamic_m_splits(linear_problem(4, 4096, 4096), dev, 2, 8192)
+        with fresh_cache(), tensorcore(True):
+            for _ in range(2):  # cold, then warm
+                torch._dynamo.reset()
+                counters.clear()
+                compiled = torch.compile(fn)
+                for m in (4, 300):
+                    x = torch.randn(m, 4096, device=GPU_TYPE)
+                    torch._dynamo.mark_dynamic(x, 0)
+                    self.assertLikeEager(compiled(x, w, b), fn, [x, w, b], F.linear, BF16)
+                self.assertEqual(counters["stats"]["unique_graphs"], 2 if splits else 1)
+        hits = counters["inductor"]["fxgraph_cache_hit"] + counters["aot_autograd"]["autograd_cache_hit"]
+        self.assertGreaterEqual(hits, 1, dict(counters))
 
     @requires_cuda_sm80
     def test_dynamic_m(self):
