@@ -69,6 +69,22 @@ class TestTensorCoreMMGemvCodegen(TensorCoreMMTestCase):
         FileCheck().check("tl.load").check(".to(tl.bfloat16)").check(".to(tl.float32)").check(
             "tl.sum").check(".to(tl.bfloat16)").check("tl.store").run(src)
 
+    def test_gemv_after_a_norm(self):
+        # x from a norm (its bf16 copy comes out of the norm's kernel): the reduction reads
+        # it from a buffer, not recomputing the norm for every output column
+        def fn(h, g, w):
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                x = F.layer_norm(h, (h.shape[-1],), g)
+                return F.linear(x, w)
+
+        code = self.cuda_code(fn, *gpu_randn((1, 1280), (1280,), (50257, 1280)))
+        self.assertEqual(self.counts["tensorcore_mm_gemv"], 1, dict(self.counts))
+        reductions = re.findall(r"(triton_\w+?_\d+)\.run\(", "\n".join(code))
+        gemv = [k for k in reductions if "rsqrt" not in kernel_source(code, k)
+                and "tl.sum" in kernel_source(code, k) and "50257" in kernel_source(code, k)]
+        self.assertEqual(len(gemv), 1, reductions)
+        self.assertNotIn("rsqrt", kernel_source(code, gemv[0]))  # the norm ran before it
+
     def test_one_row_of_a_row_major_weight_takes_the_template(self):
         # Conv1D's [K, N] weight: a gemv's dot per column would read it across rows
         def fn(x, w):

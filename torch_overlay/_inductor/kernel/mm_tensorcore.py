@@ -379,8 +379,8 @@ def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
         bias = None
         if bias_i is not None:
             bias = bias32 if bias32 is not None and not bias_shared else bias16
-        if weight16 and not _materialized(a):
-            # a 16-bit x computed in front (a norm): once, not again for every column
+        if not _materialized(a):
+            # an x computed in front (a norm): once, not again for every column
             a = realize_inputs(a)
         result, sums = _lower_gemv(a, b, bias, kwargs.get("alpha", 1), kwargs.get("beta", 1), dtype)
         _count("tensorcore_mm_gemv")
