@@ -129,6 +129,14 @@ class TestTensorCoreMMDynamicCodegen(TensorCoreMMTestCase):
 class TestTensorCoreMMDynamicGPU(TensorCoreMMTestCase):
     """Values on a CUDA GPU as M varies within its bound; on an H200, one compile."""
 
+    def check_values(self, compiled, fn, w, b, ms, **bounds):
+        """``compiled(x, w, b)`` against eager for an x of each row count in ``ms``, its M
+        marked dynamic (within ``bounds``: mark_dynamic's min and max)."""
+        for m in ms:
+            x = torch.randn(m, w.shape[1], device=GPU_TYPE)
+            torch._dynamo.mark_dynamic(x, 0, **bounds)
+            self.assertLikeEager(compiled(x, w, b), fn, [x, w, b], F.linear, BF16)
+
     @requires_cuda_sm80
     def test_dynamic_m_unbounded(self):
         # M crosses the split: a second graph for the larger M; values right on both
@@ -136,11 +144,7 @@ class TestTensorCoreMMDynamicGPU(TensorCoreMMTestCase):
         w, b = gpu_randn((4096, 4096), (4096,))
         torch._dynamo.reset()
         with tensorcore(True), no_caches():
-            compiled = torch.compile(fn)
-            for m in (4, 9, 16, 300, 2):
-                x = torch.randn(m, 4096, device=GPU_TYPE)
-                torch._dynamo.mark_dynamic(x, 0)
-                self.assertLikeEager(compiled(x, w, b), fn, [x, w, b], F.linear, BF16)
+            self.check_values(torch.compile(fn), fn, w, b, (4, 9, 16, 300, 2))
         if IS_H200:
             # M <= 16 once (the template), M > 16 once; M = 2 reuses the first
             self.assertEqual(self.counts["tensorcore_mm_dynamic_m_split"], 1)
@@ -158,11 +162,7 @@ class TestTensorCoreMMDynamicGPU(TensorCoreMMTestCase):
             for _ in range(2):  # cold, then warm
                 torch._dynamo.reset()
                 counters.clear()
-                compiled = torch.compile(fn)
-                for m in (4, 300):
-                    x = torch.randn(m, 4096, device=GPU_TYPE)
-                    torch._dynamo.mark_dynamic(x, 0)
-                    self.assertLikeEager(compiled(x, w, b), fn, [x, w, b], F.linear, BF16)
+                self.check_values(torch.compile(fn), fn, w, b, (4, 300))
                 self.assertEqual(counters["stats"]["unique_graphs"], 2 if splits else 1)
         hits = counters["inductor"]["fxgraph_cache_hit"] + counters["aot_autograd"]["autograd_cache_hit"]
         self.assertGreaterEqual(hits, 1, dict(counters))
@@ -173,11 +173,7 @@ class TestTensorCoreMMDynamicGPU(TensorCoreMMTestCase):
         w, b = gpu_randn((512, 1024), (512,))
         torch._dynamo.reset()
         with tensorcore(True), no_caches():
-            compiled = torch.compile(fn)
-            for m in (16, 2, 33, 64):
-                x = torch.randn(m, 1024, device=GPU_TYPE)
-                torch._dynamo.mark_dynamic(x, 0, min=2, max=64)
-                self.assertLikeEager(compiled(x, w, b), fn, [x, w, b], F.linear, BF16)
+            self.check_values(torch.compile(fn), fn, w, b, (16, 2, 33, 64), min=2, max=64)
         if IS_H200:
             self.assertEqual(self.counts["tensorcore_mm_template"], 1)  # one compile, symbolic M
 
