@@ -125,6 +125,8 @@ class TestZooModels(TestCase):
         self.assertEqual(b4["sides"]["stock"]["us"], [100.0, 109.0])
         self.assertEqual(b4["sides"]["overlay"]["us"], [103.0, 106.0])
         self.assertEqual(b4["ratio"], 1.0)
+        self.assertNotIn("peak_mib", b4["sides"]["stock"])  # measured on a GPU only
+        b16["sides"]["stock"]["peak_mib"], b16["sides"]["overlay"]["peak_mib"] = 512.4, 256.0
         doc = {"env": {"gpu": "NVIDIA H200", "torch": "2.11.0", "triton": "3.6.0",
                        "transformers": "5.17.0", "date": "2026-11-24",
                        "command": "python tools/bench.py --zoo"},
@@ -136,6 +138,9 @@ class TestZooModels(TestCase):
         self.assertIn("without KV cache", text)
         self.assertIn("| gpt2-large | 1280 | decode_dyn B=4 | 104.5 | 104.5 | 1.00x |", text)
         self.assertIn("| t5-large | 1024 | train | - | - | skipped |", text)
+        self.assertIn("peak MiB stock / overlay", text)
+        self.assertRegex(text, r"\| decode_dyn B=16 \|[^\n]* \| 512 / 256 \| ")
+        self.assertRegex(text, r"\| decode_dyn B=4 \|[^\n]* \| - \| ")
 
 
 if __name__ == "__main__":

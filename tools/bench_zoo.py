@@ -230,6 +230,18 @@ def counters_fired(before: dict) -> dict:
             if k.startswith(("tensorcore_mm", "gelu_add")) and v > before.get(k, 0)}
 
 
+def peak_mib(call) -> float:
+    """Memory one call allocates above what is allocated before it, at its peak (MiB)."""
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    out = call()
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - base
+    del out
+    return peak / 2**20
+
+
 def measure_row(spec: Spec, model, row: str, device: str = "cuda", timer=kernel_us,
                 compile=torch.compile) -> list[dict]:
     """One row of one model, both sides; one entry per batch (decode_dyn has three)."""
@@ -283,6 +295,12 @@ def measure_row(spec: Spec, model, row: str, device: str = "cuda", timer=kernel_
                 res["recompile_s"] = seconds
             del out
         entries[batches[0]]["sides"][side]["counters"] = counters_fired(before)
+    if device == "cuda":  # the stock side's 16-bit copies of fp32 weights among it
+        for side in ("stock", "overlay"):
+            with side_config(side):
+                for b in batches:
+                    entries[b]["sides"][side]["peak_mib"] = peak_mib(
+                        lambda: call(compiled[side], b))
     for order in (("stock", "overlay"), ("overlay", "stock")):
         for side in order:
             with side_config(side):
@@ -316,18 +334,20 @@ def markdown(doc: dict) -> str:
     for e in doc["rows"]:
         s, o = (e.get("sides", {}).get(k, {}) for k in ("stock", "overlay"))
         if "ratio" not in e:
-            rows.append([e["model"], e["hidden"], label(e), "-", "-", e["status"], "-",
+            rows.append([e["model"], e["hidden"], label(e), "-", "-", e["status"], "-", "-",
                          e.get("message", "")[:160]])
             continue
         comp = " / ".join(f"{x['compile_s']:.1f}" if "compile_s" in x else
                           f"({x['recompile_s']:.1f})" if "recompile_s" in x else "-"
                           for x in (s, o))
+        peak = (f"{s['peak_mib']:.0f} / {o['peak_mib']:.0f}" if "peak_mib" in s and
+                "peak_mib" in o else "-")
         rows.append([e["model"], e["hidden"], label(e), f"{s['mean_us']:.1f}",
-                     f"{o['mean_us']:.1f}", f"{e['ratio']:.2f}x", comp,
+                     f"{o['mean_us']:.1f}", f"{e['ratio']:.2f}x", comp, peak,
                      f"{s['err']:.1e} / {o['err']:.1e} ({e['eager_err']:.1e})"])
     return head + "\n\n" + markdown_table(
         ["model", "hidden", "row", "stock us", "overlay us", "ratio", "compile s stock / overlay",
-         "err stock / overlay (eager)"], rows)
+         "peak MiB stock / overlay", "err stock / overlay (eager)"], rows)
 
 
 def run(args, argv) -> int:
