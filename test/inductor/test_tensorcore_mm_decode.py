@@ -85,15 +85,11 @@ class TestTensorCoreMMGemvCodegen(TensorCoreMMTestCase):
         self.assertEqual(len(gemv), 1, reductions)
         self.assertNotIn("rsqrt", kernel_source(code, gemv[0]))  # the norm ran before it
 
-    def test_one_row_of_a_row_major_weight_takes_the_template(self):
-        # Conv1D's [K, N] weight: a gemv's dot per column would read it across rows
-        def fn(x, w):
-            with torch.autocast("cuda", dtype=torch.bfloat16):
-                return x @ w
-
-        code = self.cuda_code(fn, *gpu_randn((1, 4096), (4096, 4096)))
-        self.assertEqual(self.counts["tensorcore_mm_gemv"], 0)
-        self.assertTemplate(code)
+    def test_one_row_of_a_row_major_weight(self):
+        # Conv1D's [K, N] weight: the reduction reads it across rows, N contiguous
+        code = self.cuda_code(row_major_weight, *gpu_randn((1, 4096), (4096, 4096)))
+        self.assertEqual(self.counts["tensorcore_mm_gemv"], 1, dict(self.counts))
+        self.assertEqual(template_kernels(code) + cast_kernels(code), [])
 
     @parametrize("op", ["mm", "addmm"])
     @parametrize("dtype", [BF16, FP16], name_fn=dtype_name)
@@ -103,6 +99,11 @@ class TestTensorCoreMMGemvCodegen(TensorCoreMMTestCase):
         self.assertEqual(self.counts["tensorcore_mm_gemv"], 1, dict(self.counts))
         self.assertEqual(template_kernels(code) + cast_kernels(code), [])
         self.assertIn(f".to(tl.{dtype_name(dtype)})", "\n".join(code))
+
+
+def row_major_weight(x, w):
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        return x @ w
 
 
 class TestTensorCoreMMGemvGPU(TensorCoreMMTestCase):
@@ -123,6 +124,12 @@ class TestTensorCoreMMGemvGPU(TensorCoreMMTestCase):
             self.assertEqual(self.counts["tensorcore_mm_gemv"], 1, dict(self.counts))
         else:
             self.assertEqual(len(template_kernels(code)), 1, dict(self.counts))
+
+    @requires_cuda_sm80
+    def test_row_major_weight_values(self):
+        inputs = gpu_randn((1, 1001), (1001, 999))
+        out, code = self.compile_and_run(row_major_weight, *inputs)
+        self.assertLikeEager(out, row_major_weight, inputs, torch.mm, torch.bfloat16)
 
 
 def frozen_linear(n, k, bias=True, seed=0):

@@ -368,9 +368,7 @@ def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
     if dynamic_m:
         the_plan = _plan_dynamic_m(problem, dev, m, force)
     else:
-        # a frozen weight's gemv was measured as it is laid out
-        gemv_ok = weight16 or _k_contiguous(_val(node.args[b_i]))
-        the_plan = planner.plan(problem, dev, allow_gemv=gemv_ok, force=force)
+        the_plan = planner.plan(problem, dev, force=force)
     plan_log.debug("%s %s: %s", node, (batch, mh, nh, kh), the_plan.describe())
     if the_plan.path == "gemv":
         # read the fp32 sources unless their casts run anyway
@@ -463,13 +461,6 @@ def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
     # matmul_meta records the metadata of the IR a matmul lowers to
     meta_mod.attach_matmul_meta(result, node)
     return result
-
-
-def _k_contiguous(b: Optional[torch.Tensor]) -> bool:
-    """The [K, N] operand has K contiguous (F.linear's transposed weight): the gemv's
-    dot for an output column reads one contiguous row. Across rows (Conv1D's [K, N]
-    weight) it would not stream: the template's tiles do."""
-    return b is not None and b.dim() >= 2 and b.stride()[-2] == 1
 
 
 def _compile_failed(op: str, shape: tuple[int, ...], e: Exception) -> None:
