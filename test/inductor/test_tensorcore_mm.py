@@ -81,6 +81,11 @@ def linear(dtype=BF16):
     return fn
 
 
+def user_cast_linear(x, w, b=None):
+    """F.linear with the casts autocast would insert written out."""
+    return F.linear(x.bfloat16(), w.bfloat16(), None if b is None else b.bfloat16())
+
+
 def matmul_op(op, dtype=BF16):
     """One aten matmul under autocast, its weight (mat2) given as [N, K] and transposed."""
 
@@ -436,6 +441,13 @@ class TestTensorCoreMMCodegen(TensorCoreMMTestCase):
         code = self.cuda_code(fn, *gpu_randn((128, 4096), (4096, 4096), (4096,)))
         self.assertTemplate(code, casts=1)
 
+    @parametrize("bias", [False, True])
+    def test_user_written_casts(self, bias):
+        # the casts written out instead of autocast's: the same template, the same numerics
+        x, w, b = gpu_randn((16, 4096), (4096, 4096), (4096,))
+        code = self.cuda_code(user_cast_linear, x, w, b if bias else None)
+        self.assertTemplate(code)
+
     def test_stock_kept(self):
         # M=4096 is compute-bound: separate casts and cuBLAS, as stock
         code = self.cuda_code(linear(), *gpu_randn((4096, 4096), (4096, 4096)))
@@ -645,6 +657,16 @@ class TestTensorCoreMMGPU(TensorCoreMMTestCase):
             self.assertGreaterEqual(self.counts["tensorcore_mm_stock:cost_model"], 1, dict(self.counts))
         else:
             self.assertEqual(len(template_kernels(code)), 1, dict(self.counts))
+
+    @requires_cuda_sm80
+    @parametrize("mnk", [(16, 4096, 4096), (37, 1001, 999)],
+                 name_fn=lambda mnk: "x".join(map(str, mnk)))
+    def test_user_written_casts_values(self, mnk):
+        m, n, k = mnk
+        inputs = gpu_randn((m, k), (n, k), (n,))
+        out, code = self.compile_and_run(user_cast_linear, *inputs)
+        self.assertLikeEager(out, user_cast_linear, inputs,
+                             lambda x, w, b: x @ w.t() + b, BF16)
 
     @requires_cuda_sm80
     def test_fused_epilogue_values(self):

@@ -309,6 +309,10 @@ def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
         if meta.autocast_device != "cuda":
             raise _Decline(f"device:{meta.autocast_device}")
         dtype = meta.autocast_dtype
+    elif meta.output_dtype in _HALF and any(
+            _source(node, i, meta.output_dtype, meta_mod) is not None for i in (a_i, b_i)):
+        # casts the user wrote (x.bfloat16() @ w.bfloat16().t()): autocast's numerics
+        dtype = meta.output_dtype
     elif epilogue is not None and meta.output_dtype in _HALF:
         # a 16-bit matmul that a gelu-add closes: the template fuses it where cuBLAS cannot
         dtype = meta.output_dtype
