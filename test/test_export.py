@@ -25,12 +25,12 @@ sys.path.insert(0, str(REPO / "tools"))
 
 import export_patches  # noqa: E402
 
-NAMES = ("prologue_downcast", "matmul_meta", "tensorcore_mm", "tensorcore_mm_splitk",
-         "tensorcore_mm_fallback", "tensorcore_mm_dynamic", "tensorcore_mm_autotune",
+NAMES = ("prologue_downcast", "matmul_meta", "tensorcore_mm", "tensorcore_mm_bmm",
+         "tensorcore_mm_splitk", "tensorcore_mm_fallback", "tensorcore_mm_dynamic", "tensorcore_mm_autotune",
          "tensorcore_mm_measure", "tensorcore_mm_decode", "gelu_add", "tensorcore_mm_gelu_add")
 # further patches of an overlay (Overlay.parts), each editing tensorcore_mm's module
 PARTS = {**{f"tensorcore_mm_{p}": "tensorcore_mm"
-            for p in ("splitk", "fallback", "dynamic", "autotune", "measure", "decode")},
+            for p in ("bmm", "splitk", "fallback", "dynamic", "autotune", "measure", "decode")},
          "tensorcore_mm_gelu_add": "gelu_add"}
 
 def files(d: pathlib.Path) -> dict[str, bytes]:

@@ -116,6 +116,10 @@ def linear(x, w):
     return F.linear(x, w)
 
 
+def bmm(x, w):
+    return torch.bmm(x, w.transpose(1, 2))
+
+
 def gelu_linear_add(x, w, b, r, approximate):
     return F.gelu(F.linear(x, w, b), approximate=approximate) + r
 
@@ -146,6 +150,8 @@ LLM_SHAPES = [(16, 12288, 4096), (2048, 12288, 4096), (16, 4096, 11008), (2048, 
 # a BERT/ViT-large (hidden 1024, ffn 4096) at batch 8 x 128 tokens
 BATCHED_SHAPES = [(64, 14336, 4096), (256, 14336, 4096), (64, 4096, 14336), (256, 4096, 4096),
                   (1024, 1024, 1024), (1024, 4096, 1024), (1024, 1024, 4096)]
+# a weight per batch entry (8 experts of 4096 -> 1024), decode to prefill
+BMM_SHAPES = [(8, m, 1024, 4096) for m in (1, 16, 128, 1024)]
 GELU_LINEAR_SHAPES = [(8192, 4096, 1024), (4096, 4096, 4096), (2048, 16384, 4096)]
 POINTWISE_SIZES = {"1M": 1 << 20, "64M": 1 << 26}
 # (tokens, hidden, ffn): a small model at 8k tokens, a 6.7B-class layer at 4k
@@ -163,6 +169,19 @@ def linear_cases() -> Iterator[Case]:
             fn=autocast_bf16(linear),
             weight_args=(1,),
             required_max_autotune=(M, N, K) in TENSORCORE_MM_SHAPES,
+        )
+
+
+def bmm_cases() -> Iterator[Case]:
+    for B, M, N, K in BMM_SHAPES:
+        yield Case(
+            "bmm", f"{B}x{M}x{N}x{K}", dict(B=B, M=M, N=N, K=K), BF16,
+            flops=2 * B * M * N * K,
+            bytes=nbytes(FP32, (B, M, K), (B, N, K)) + nbytes(BF16, (B, M, N)),
+            make_inputs=lambda rand, B=B, M=M, N=N, K=K: (
+                rand((B, M, K), FP32), rand((B, N, K), FP32, K ** -0.5)),
+            fn=autocast_bf16(bmm),
+            weight_args=(1,),
         )
 
 
@@ -244,6 +263,11 @@ WORKLOADS: dict[str, Workload] = {
         "4096 at 4096x4096, the 11008 projection, 8192 cubed) and Llama-2-7B's fused qkv and "
         "down projections at decode (M=16) and prefill (M=2048).",
         linear_cases),
+    "bmm": Workload(
+        "torch.bmm under bf16 autocast, fp32 x and w",
+        "x is [B, M, K], w is [B, N, K] (a weight per batch entry, as experts), transposed "
+        "in the call.",
+        bmm_cases),
     "gelu_linear": Workload(
         "gelu(F.linear(x, w, b)) + r, bf16 and under bf16 autocast",
         "*bf16*: every tensor bf16; *autocast*: fp32 tensors under bf16 autocast (the output "

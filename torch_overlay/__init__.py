@@ -49,11 +49,12 @@ OVERLAYS: tuple[Overlay, ...] = tuple(REGISTRY.register(o) for o in (
         modules=("kernel.mm_tensorcore_plan", "kernel.mm_tensorcore",
                  "template_heuristics.tensorcore_mm"),
         requires=("matmul_meta",),
-        # split-K; stock where the kernel fails to load; a symbolic M; max-autotune's
-        # choices; timing uncertain plans on the device; one row as a reduction over K
-        # and frozen 16-bit weights
-        parts=("tensorcore_mm_splitk", "tensorcore_mm_fallback", "tensorcore_mm_dynamic",
-               "tensorcore_mm_autotune", "tensorcore_mm_measure", "tensorcore_mm_decode"),
+        # bmm and baddbmm; split-K; stock where the kernel fails to load; a symbolic M;
+        # max-autotune's choices; timing uncertain plans on the device; one row as a
+        # reduction over K and frozen 16-bit weights
+        parts=("tensorcore_mm_bmm", "tensorcore_mm_splitk", "tensorcore_mm_fallback",
+               "tensorcore_mm_dynamic", "tensorcore_mm_autotune", "tensorcore_mm_measure",
+               "tensorcore_mm_decode"),
     ),
     Overlay(
         name="gelu_add",

@@ -38,6 +38,13 @@ log = logging.getLogger("torch_overlay")
 DIGEST_CONFIG = "torch_overlay_digest"
 
 
+def _edits_new_file(diff: pathlib.Path) -> bool:
+    """A part's edit of a file the overlays add (a new module or template), which is
+    whole here; not of an upstream file."""
+    rel = FileDiff.read(diff).upstream.removeprefix("torch/_inductor/")
+    return OVERLAY_ROOT.joinpath(*rel.split("/")).exists()
+
+
 class OverlayError(RuntimeError):
     """An overlay could not be enabled; the message names the overlay and the reason."""
 
@@ -53,16 +60,18 @@ class Overlay:
     requires: tuple[str, ...] = ()
     # the further patches the series splits this overlay into, in order: each edits new
     # modules of this or an earlier overlay (``<module>.<part>.diff``, never applied at
-    # run time: the modules here are whole), may declare flags (``config.<part>.diff``)
-    # and brings test/inductor/test_<part>.py; under this overlay's flag
+    # run time: the modules here are whole), may edit upstream files and declare flags
+    # (``<stem>.<part>.diff``, applied with this overlay's own) and brings
+    # test/inductor/test_<part>.py; under this overlay's flag
     parts: tuple[str, ...] = ()
 
     @property
     def edit_files(self) -> list[pathlib.Path]:
         """The primary edits (made against the newest supported release; the exported
-        ones), then the flags its parts declare."""
-        parts = [OVERLAY_ROOT / f"config.{part}.diff" for part in self.parts]
-        return self.own_edit_files + [p for p in parts if p.exists()]
+        ones), then its parts' edits of upstream files, flags included."""
+        parts = [p for part in self.parts for p in sorted(OVERLAY_ROOT.rglob(f"*.{part}.diff"))
+                 if not _edits_new_file(p)]
+        return self.own_edit_files + parts
 
     @property
     def own_edit_files(self) -> list[pathlib.Path]:

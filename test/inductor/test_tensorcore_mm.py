@@ -471,15 +471,14 @@ class TestTensorCoreMMCodegen(TensorCoreMMTestCase):
         self.assertNotIn("acc", tail, "an epilogue reads the unrounded accumulator")
         FileCheck().check(f"{m.group(4)}").check("libdevice.erf").check("tl.store").run(tail)
 
-    @parametrize("op", ["mm", "addmm", "bmm", "baddbmm"])
+    @parametrize("op", ["mm", "addmm"])
     @parametrize("dtype", [BF16, FP16], name_fn=dtype_name)
     def test_ops(self, op, dtype):
         code = self.cuda_code(matmul_op(op, dtype), *matmul_inputs(op, 16, 64, 96, device=GPU_TYPE))
         self.assertTemplate(code)
         src = kernel_source(code, template_kernels(code)[0])
         self.assertIn(f"DOT_DTYPE : tl.constexpr = tl.{dtype_name(dtype)}", src)
-        self.assertIn(f"BATCHED : tl.constexpr = {op in ('bmm', 'baddbmm')}", src)
-        if op in ("addmm", "baddbmm"):  # alpha and beta in the epilogue, before the rounding
+        if op == "addmm":  # alpha and beta in the epilogue, before the rounding
             FileCheck().check("tl.full([1], 2.0").check("= acc * ").check(
                 "tl.full([1], 0.5").check(f".to(tl.{dtype_name(dtype)})").run(src)
 
@@ -632,17 +631,12 @@ class TestTensorCoreMMFallback(TensorCoreMMTestCase):
 
 # ---------------------------------------------------------------------------- GPU
 
-# the H200's cost model keeps these batched shapes on the stock path (split K serves mm
-# and addmm there); their values are still checked, against the same criterion
-STOCK_BY_COST_MODEL = {("bmm", (200, 96, 4095)), ("baddbmm", (200, 96, 4095))}
-
-
 class TestTensorCoreMMGPU(TensorCoreMMTestCase):
     """On a CUDA GPU: values against eager autocast and an fp64 reference; on an H200,
     also the path its cost model takes."""
 
     @requires_cuda_sm80
-    @parametrize("op", ["mm", "addmm", "bmm", "baddbmm"])
+    @parametrize("op", ["mm", "addmm"])
     @parametrize("dtype", [BF16, FP16], name_fn=dtype_name)
     # the last: few column tiles for the SMs
     @parametrize("mnk", [(2, 4096, 4096), (3, 1001, 999), (16, 4096, 4096), (37, 1001, 999),
@@ -650,12 +644,7 @@ class TestTensorCoreMMGPU(TensorCoreMMTestCase):
                  name_fn=lambda mnk: "x".join(map(str, mnk)))
     def test_values(self, op, dtype, mnk):
         code = self.compile_values(op, dtype, mnk)
-        if not IS_H200:
-            return
-        if (op, mnk) in STOCK_BY_COST_MODEL:
-            self.assertEqual(template_kernels(code), [])
-            self.assertGreaterEqual(self.counts["tensorcore_mm_stock:cost_model"], 1, dict(self.counts))
-        else:
+        if IS_H200:  # each shape takes the template (200x96x4095 with split K)
             self.assertEqual(len(template_kernels(code)), 1, dict(self.counts))
 
     @requires_cuda_sm80

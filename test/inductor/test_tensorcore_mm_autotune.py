@@ -16,21 +16,20 @@ from torch._inductor import config as inductor_config
 from torch._inductor.kernel import mm_tensorcore
 from torch._inductor.kernel import mm_tensorcore_plan as planner
 from torch._inductor.test_case import run_tests, TestCase
+from torch.testing import FileCheck
 from torch.testing._internal.common_utils import instantiate_parametrized_tests, parametrize
 
 
 try:
     from .test_tensorcore_mm import (
-        DEVICE_SPECS, TensorCoreMMTestCase, gpu_randn, linear, linear_problem, plans_as_h200,
-        requires_cuda_sm80,
-        template_kernels,
+        BF16, DEVICE_SPECS, TensorCoreMMTestCase, gpu_randn, kernel_source, linear,
+        linear_problem, plans_as_h200, requires_cuda_sm80, template_kernels,
     )
     from .test_tensorcore_mm_fallback import no_template_binary
 except ImportError:
     from test_tensorcore_mm import (
-        DEVICE_SPECS, TensorCoreMMTestCase, gpu_randn, linear, linear_problem, plans_as_h200,
-        requires_cuda_sm80,
-        template_kernels,
+        BF16, DEVICE_SPECS, TensorCoreMMTestCase, gpu_randn, kernel_source, linear,
+        linear_problem, plans_as_h200, requires_cuda_sm80, template_kernels,
     )
     from test_tensorcore_mm_fallback import no_template_binary
 
@@ -48,6 +47,23 @@ class TestAutotuneConfigs(TestCase):
                     size = lambda f: 4 if f else 2  # noqa: E731
                     self.assertLessEqual(cfg.smem_bytes(size(fused[0]), size(fused[1])),
                                          dev.smem_per_block, (gpu, m, fused, cfg))
+
+    def test_compute_bound_configs(self):
+        # only the weight cast in the kernel: SWAP_AB makes it wgmma's register operand,
+        # and from M = 1024 256-row tiles halve the times its tiles are re-read
+        dev = planner.device_model(DEVICE_SPECS["h200"])
+        p = linear_problem(1024, 4096, 4096)
+        (cfg,) = planner.select_configs(p, dev, False, True)
+        self.assertEqual((cfg.BLOCK_M, cfg.BLOCK_N, cfg.SWAP_AB), (256, 128, True))
+        exhaustive = planner.select_configs(p, dev, False, True, exhaustive=True)
+        self.assertEqual(exhaustive[0], cfg)
+        self.assertIn(False, {c.SWAP_AB for c in exhaustive})
+        # the activation cast too: A stays the register operand
+        self.assertFalse(any(c.SWAP_AB for c in planner.select_configs(p, dev, True, True)))
+
+
+SWAP = dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=32, GROUP_M=8, num_warps=4, num_stages=3,
+            SWAP_AB=True)
 
 
 class TestTensorCoreMMAutotune(TensorCoreMMTestCase):
@@ -70,6 +86,23 @@ class TestTensorCoreMMAutotune(TensorCoreMMTestCase):
         self.assertGreater(len(templates), 1)
         self.assertTrue(all(c.name.startswith("triton_tensorcore_mm") for c in templates))
         self.assertEqual(sum(isinstance(c, SubgraphChoiceCaller) for c in choices), 1)
+
+    @plans_as_h200
+    @inductor_config.patch(tensorcore_mm_force_config=SWAP)
+    def test_swap_ab(self):
+        # C^T = B^T A^T: the weight's tile is dot's first operand; the tile stored transposed
+        code = self.cuda_code(linear(), *gpu_randn((16, 512), (256, 512), (256,)))
+        self.assertTemplate(code)
+        src = kernel_source(code, template_kernels(code)[0])
+        FileCheck().check("SWAP_AB : tl.constexpr = True").check("tl.dot(b.to(").run(src)
+
+    @requires_cuda_sm80
+    @inductor_config.patch(tensorcore_mm_force_config=SWAP)
+    def test_swap_ab_values(self):
+        x, w, b = gpu_randn((37, 999), (1001, 999), (1001,))
+        out, code = self.compile_and_run(linear(), x, w, b)
+        self.assertEqual(len(template_kernels(code)), 1)
+        self.assertLikeEager(out, linear(), (x, w, b), lambda x, w, b: x @ w.t() + b, BF16)
 
     @requires_cuda_sm80
     @parametrize("benchmark_epilogue_fusion", [False, True])
