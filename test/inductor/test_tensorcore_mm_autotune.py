@@ -97,7 +97,7 @@ class TestTensorCoreMMAutotune(TensorCoreMMTestCase):
         FileCheck().check("SWAP_AB : tl.constexpr = True").check("tl.dot(b.to(").run(src)
 
     @requires_cuda_sm80
-    @inductor_config.patch(tensorcore_mm_force_config=SWAP)
+    @inductor_config.patch(tensorcore_mm_force_config=SWAP, tensorcore_mm_force_path="template")
     def test_swap_ab_values(self):
         x, w, b = gpu_randn((37, 999), (1001, 999), (1001,))
         out, code = self.compile_and_run(linear(), x, w, b)
