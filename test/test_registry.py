@@ -221,6 +221,16 @@ class TestOverlays(TestCase):
             self.assertEqual(overlay.state, "active", overlay.reason)
         self.assertIn("torch._inductor.kernel.mm.tuned_mm", edited)
 
+    def test_a_parts_edits_of_upstream_files_apply_with_its_overlay(self):
+        # tuned_bmm's hunk is a part's (tensorcore_mm_bmm); a part's edits of the new
+        # modules only cut the series and are never applied: the modules here are whole
+        names = [p.name for p in REGISTRY.get("tensorcore_mm").edit_files]
+        self.assertIn("bmm.tensorcore_mm_bmm.diff", names)
+        self.assertFalse([n for n in names if n.startswith(("mm_tensorcore", "tensorcore_mm."))])
+        (functions,) = [o.functions for o in torch_overlay.status().overlays
+                        if o.name == "tensorcore_mm"]
+        self.assertIn("torch._inductor.kernel.bmm.tuned_bmm", functions)
+
     def test_status_names_the_edit_used_per_file(self):
         for overlay in torch_overlay.status().overlays:
             # one variant per upstream file; config.py may have several edits (the flags
