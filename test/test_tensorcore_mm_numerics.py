@@ -6,7 +6,8 @@ and test_tensorcore_mm_decode.py cannot carry upstream.
   plugin torch_overlay.testing.gpu_free).
 - ``TestValueCriterion``: torch_overlay.testing.numerics (the criterion the GPU tests
   below and tools/check_tensorcore_mm.py share), GPU-free on emulated eager results.
-- ``TestTensorCoreMMGPUCriterion``, ``...GemvGPUCriterion``, ``...FreezingCriterion``: the
+- ``TestTensorCoreMMGPUCriterion``, ``TestTensorCoreBMMGPUCriterion``, ``...GemvGPUCriterion``,
+  ``...FreezingCriterion``: the
   exported files' value tests on the GPU again, judged by numerics.compare/verdict (the exported
   file checks dtype and the error against fp64 only).
 - ``TestTensorCoreMMFreezingHarness``: the plugin keeps frozen parameters of one shape
@@ -37,6 +38,7 @@ from torch_overlay.testing import numerics
 # the exported test module, as pytest imports it (test/inductor has no __init__.py)
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent / "inductor"))
 import test_tensorcore_mm as exported  # noqa: E402
+import test_tensorcore_mm_bmm as exported_bmm  # noqa: E402
 import test_tensorcore_mm_decode as exported_decode  # noqa: E402
 import test_tensorcore_mm_dynamic as exported_dynamic  # noqa: E402
 
@@ -267,6 +269,12 @@ class TestTensorCoreMMGPUCriterion(exported.TestTensorCoreMMGPU):
 
 
 only_tests(TestTensorCoreMMGPUCriterion, "test_values")
+
+
+class TestTensorCoreBMMGPUCriterion(exported_bmm.TestTensorCoreBMMGPU):
+    """The exported bmm/baddbmm value tests, judged by numerics."""
+
+    assertLikeEager = numerics_assert_like_eager
 
 
 class TestTensorCoreMMDynamicGPUCriterion(exported_dynamic.TestTensorCoreMMDynamicGPU):
