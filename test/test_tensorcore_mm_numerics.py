@@ -7,9 +7,8 @@ and test_tensorcore_mm_decode.py cannot carry upstream.
 - ``TestValueCriterion``: torch_overlay.testing.numerics (the criterion the GPU tests
   below and tools/check_tensorcore_mm.py share), GPU-free on emulated eager results.
 - ``TestTensorCoreMMGPUCriterion``, ``TestTensorCoreBMMGPUCriterion``, ``...GemvGPUCriterion``,
-  ``...FreezingCriterion``: the
-  exported files' value tests on the GPU again, judged by numerics.compare/verdict (the exported
-  file checks dtype and the error against fp64 only).
+  ``...FreezingCriterion``: the exported files' value tests on the GPU again, judged by
+  numerics.compare/verdict (the exported file checks dtype and the error against fp64 only).
 - ``TestTensorCoreMMFreezingHarness``: the plugin keeps frozen parameters of one shape
   apart.
 
