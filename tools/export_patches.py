@@ -29,7 +29,8 @@ torch (patches/UPSTREAM_PIN):
 - Commit message: ``patches/<name>.md`` (the subject ``[inductor] <name>: ...``, a blank
   line, the body), written by hand: the PR text lives there, not in the modules.
 - Parts (``Overlay.parts``): further patches after their overlay's, each the
-  ``<module>.<part>.diff`` edits of new modules of that or an earlier overlay, its
+  ``<module>.<part>.diff`` edits of new modules of that or an earlier overlay (and of
+  upstream files, applied at run time with the overlay's), its
   ``test/inductor/test_<part>.py`` and ``patches/<part>.md``. A module's file holds every
   part's edit: the patch that adds it writes it less those (the diffs reversed).
 
