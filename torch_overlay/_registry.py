@@ -20,6 +20,7 @@ import importlib.abc
 import importlib.util
 import inspect
 import logging
+import os
 import pathlib
 import sys
 import threading
@@ -38,11 +39,18 @@ log = logging.getLogger("torch_overlay")
 DIGEST_CONFIG = "torch_overlay_digest"
 
 
-def _edits_new_file(diff: pathlib.Path) -> bool:
-    """A part's edit of a file the overlays add (a new module or template), which is
-    whole here; not of an upstream file."""
-    rel = FileDiff.read(diff).upstream.removeprefix("torch/_inductor/")
-    return OVERLAY_ROOT.joinpath(*rel.split("/")).exists()
+def _edit_files(suffixes: Iterable[str], parts: bool = False) -> list[pathlib.Path]:
+    """The edits ``<stem>.<suffix>.diff``, in the order of ``suffixes``; for parts, only
+    those of upstream files: a part's edit of a file the overlays add (``<stem>.py`` or a
+    template beside it) is not, as that file is whole here. One walk of the tree."""
+    found = sorted(pathlib.Path(d, f) for d, _, files in os.walk(OVERLAY_ROOT)
+                   for f in files if f.endswith(".diff"))
+    out = []
+    for suffix in suffixes:
+        end = f".{suffix}.diff"
+        out += [p for p in found if p.name.endswith(end) and not (parts and any(
+            p.with_name(p.name.removesuffix(end) + ext).exists() for ext in (".py", ".py.jinja")))]
+    return out
 
 
 class OverlayError(RuntimeError):
@@ -69,14 +77,12 @@ class Overlay:
     def edit_files(self) -> list[pathlib.Path]:
         """The primary edits (made against the newest supported release; the exported
         ones), then its parts' edits of upstream files, flags included."""
-        parts = [p for part in self.parts for p in sorted(OVERLAY_ROOT.rglob(f"*.{part}.diff"))
-                 if not _edits_new_file(p)]
-        return self.own_edit_files + parts
+        return self.own_edit_files + _edit_files(self.parts, parts=True)
 
     @property
     def own_edit_files(self) -> list[pathlib.Path]:
         """The primary edits of this overlay's own patch."""
-        return sorted(OVERLAY_ROOT.rglob(f"*.{self.name}.diff"))
+        return _edit_files([self.name])
 
     def edits(self) -> list[FileDiff]:
         """Per upstream file, the edit that applies to the installed torch: the primary or
