@@ -14,6 +14,21 @@ pytest_plugins = ["torch_overlay.testing.gpu_free"]
 # before the test modules import the new upstream modules
 torch_overlay.enable()
 
+
+def _newest_release_names():
+    """The exported tests use the pinned release's names; an older supported release's
+    differ (torch 2.11: ``maybe_mark_dynamic_helper``). Its callers then look the new
+    name up, so that a test's mock of it holds."""
+    from torch._functorch._aot_autograd import runtime_wrappers as rw
+
+    if not hasattr(rw, "mark_dynamo_propagated_dynamic_indices"):
+        rw.mark_dynamo_propagated_dynamic_indices = rw.maybe_mark_dynamic_helper
+        rw.maybe_mark_dynamic_helper = (
+            lambda t, dims: rw.mark_dynamo_propagated_dynamic_indices(t, dims))
+
+
+_newest_release_names()
+
 if not torch_overlay.killed():
     # Python processes the tests start get the overlays too, as a patched torch has them
     import atexit
