@@ -59,21 +59,9 @@ _TEMPLATE_DIR = pathlib.Path(__file__).parent / "templates"
 
 
 def _template(name: str, grid: Any) -> TritonTemplate:
-    """The module-level TritonTemplate ``name``; a re-import reuses or replaces it.
-
-    TritonTemplate names are process-wide unique (a second one raises), so a
-    reloaded module takes the registered object when the source is unchanged.
-    """
     source = load_template("tensorcore_mm", _TEMPLATE_DIR)
-    existing = TritonTemplate.all_templates.get(name)
-    if existing is not None:
-        if getattr(existing, "_tensorcore_source", None) == source:
-            return existing
-        del TritonTemplate.all_templates[name]
-    template = TritonTemplate(name=name, grid=grid, source=source,
-                              cache_codegen_enabled_for_template=True)
-    template._tensorcore_source = source  # type: ignore[attr-defined]
-    return template
+    return TritonTemplate(name=name, grid=grid, source=source,
+                          cache_codegen_enabled_for_template=True)
 
 
 @SymbolicGridFn
