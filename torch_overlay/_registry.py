@@ -39,18 +39,22 @@ log = logging.getLogger("torch_overlay")
 DIGEST_CONFIG = "torch_overlay_digest"
 
 
-def _edit_files(suffixes: Iterable[str], parts: bool = False) -> list[pathlib.Path]:
-    """The edits ``<stem>.<suffix>.diff``, in the order of ``suffixes``; for parts, only
-    those of upstream files: a part's edit of a file the overlays add (``<stem>.py`` or a
-    template beside it) is not, as that file is whole here. One walk of the tree."""
-    found = sorted(pathlib.Path(d, f) for d, _, files in os.walk(OVERLAY_ROOT)
-                   for f in files if f.endswith(".diff"))
-    out = []
-    for suffix in suffixes:
-        end = f".{suffix}.diff"
-        out += [p for p in found if p.name.endswith(end) and not (parts and any(
-            p.with_name(p.name.removesuffix(end) + ext).exists() for ext in (".py", ".py.jinja")))]
-    return out
+def _diff_files() -> list[pathlib.Path]:
+    """Every ``.diff`` under the overlay tree, sorted: one walk."""
+    return sorted(pathlib.Path(d, f) for d, _, files in os.walk(OVERLAY_ROOT)
+                  for f in files if f.endswith(".diff"))
+
+
+def _named(found: list[pathlib.Path], suffix: str) -> list[pathlib.Path]:
+    """The edits ``<stem>.<suffix>.diff`` among ``found``."""
+    return [p for p in found if p.name.endswith(f".{suffix}.diff")]
+
+
+def _edits_new_file(diff: pathlib.Path, part: str) -> bool:
+    """A part's edit of a file the overlays add (``<stem>.py`` or a template beside it),
+    which is whole here; not of an upstream file."""
+    stem = diff.name.removesuffix(f".{part}.diff")
+    return any(diff.with_name(stem + ext).exists() for ext in (".py", ".py.jinja"))
 
 
 class OverlayError(RuntimeError):
@@ -77,12 +81,14 @@ class Overlay:
     def edit_files(self) -> list[pathlib.Path]:
         """The primary edits (made against the newest supported release; the exported
         ones), then its parts' edits of upstream files, flags included."""
-        return self.own_edit_files + _edit_files(self.parts, parts=True)
+        found = _diff_files()
+        return _named(found, self.name) + [
+            p for part in self.parts for p in _named(found, part) if not _edits_new_file(p, part)]
 
     @property
     def own_edit_files(self) -> list[pathlib.Path]:
         """The primary edits of this overlay's own patch."""
-        return _edit_files([self.name])
+        return _named(_diff_files(), self.name)
 
     def edits(self) -> list[FileDiff]:
         """Per upstream file, the edit that applies to the installed torch: the primary or
