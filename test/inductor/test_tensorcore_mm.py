@@ -607,7 +607,6 @@ class TestTensorCoreMMFallback(TensorCoreMMTestCase):
         self.assertEqual(len(cast_kernels(code)), 2)
 
 
-
 # ---------------------------------------------------------------------------- GPU
 
 class TestTensorCoreMMGPU(TensorCoreMMTestCase):

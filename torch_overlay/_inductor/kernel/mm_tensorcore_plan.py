@@ -473,7 +473,6 @@ def cast_seconds(op: Operand, dev: DeviceModel) -> float:
     return op.numel * (FP32 + HALF) / dev.copy_bw + dev.kernel_overhead
 
 
-
 def _template_terms(p: Problem, dev: DeviceModel, fused_a: bool, fused_b: bool,
                     config: TileConfig) -> dict[str, float]:
     """The terms of ``template(S)`` in the module docstring, in seconds."""
