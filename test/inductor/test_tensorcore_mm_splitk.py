@@ -32,12 +32,17 @@ except ImportError:
 
 class TestSplitKPlan(TestCase):
     def test_split_where_tiles_leave_sms_idle(self):
-        # 16x1024: 32 column tiles for 132 SMs; 16x4096 fills them without a split
+        # 16x1024: 64 column tiles for 132 SMs, two splits fill one wave; 16x4096 fills
+        # them without a split
         split = planner.plan(linear_problem(16, 1024, 4096), H200).config
-        self.assertGreater(split.SPLIT_K, 1, split)
+        self.assertEqual(split.SPLIT_K, 2, split)
         self.assertGreater(split.workspace_bytes(16, 1024), 0)
         self.assertEqual(planner.plan(linear_problem(16, 4096, 4096), H200).config.SPLIT_K, 1)
-        # batched, or K too short for 4 steps a split: no split
+        # no split where two would need a second wave (16x1280: 80 tiles) or leave fewer
+        # than 8 steps of K a split (K = 1024: 8 steps in all)
+        self.assertEqual(planner.plan(linear_problem(16, 1280, 5120), H200).config.SPLIT_K, 1)
+        self.assertEqual(planner.plan(linear_problem(16, 1024, 1024), H200).config.SPLIT_K, 1)
+        # batched, or K too short: no split
         batched = planner.Problem("bmm", 4, 16, 1024, 4096, planner.Operand(4 * 16 * 4096, True),
                                   planner.Operand(4 * 4096 * 1024, True))
         self.assertEqual(planner.plan(batched, H200).config.SPLIT_K, 1)

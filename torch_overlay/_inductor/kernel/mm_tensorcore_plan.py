@@ -429,8 +429,10 @@ def _split_k(p: Problem, dev: DeviceModel, block_m: int, block_n: int, block_k: 
         return 1
     k_steps = math.ceil(p.k / block_k)
     split = 1
-    while (split < MAX_SPLIT_K and tiles * split < 0.9 * dev.sm_count
-           and k_steps >= 4 * split * 2):  # at least 4 steps of K per split
+    # one wave of programs (a second wave costs more than the split saves), and at
+    # least 8 steps of K a split (fewer do not pay for zeroing the workspace)
+    while (split < MAX_SPLIT_K and tiles * split * 2 <= dev.sm_count
+           and k_steps >= 8 * split * 2):
         split *= 2
     cfg = TileConfig(block_m, block_n, block_k, 8, 4, 2, SPLIT_K=split)
     while split > 1 and cfg.workspace_bytes(p.m, p.n) > MAX_SPLIT_PARTIALS:
