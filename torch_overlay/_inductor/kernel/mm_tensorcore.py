@@ -205,14 +205,9 @@ def _source(node: torch.fx.Node, i: int, dtype: torch.dtype, meta_mod: Any) -> O
     weight arrives as ``permute(cast(w))``) are looked through here and re-applied
     to the fp32 tensor by ``_Source.lower``.
     """
-    arg = node.args[i]
-    views: list[torch.fx.Node] = []
-    parent, index = node, i
-    while (isinstance(arg, torch.fx.Node) and arg.op == "call_function"
-           and arg.target in VIEW_OPS and isinstance(arg.args[0], torch.fx.Node)):
-        views.append(arg)
-        parent, index = arg, 0
-        arg = arg.args[0]
+    views = _views(node.args[i])
+    arg = views.pop() if views else node.args[i]
+    parent, index = (views[-1], 0) if views else (node, i)
     src = meta_mod.cast_source(parent, index)
     cast_val, src_val = _val(arg), _val(src)
     if src is None or cast_val is None or src_val is None:
@@ -233,7 +228,7 @@ def _operand(node: torch.fx.Node, i: int, given: Any, dtype: torch.dtype,
     src = _source(node, i, dtype, meta_mod)
     if src is None:
         return given, None, False
-    if _under_views(src.src).op not in ("placeholder", "get_attr"):
+    if (_views(src.src) or [src.src])[-1].op not in ("placeholder", "get_attr"):
         # an activation this graph computes (a norm, a residual add): stock writes its
         # 16-bit copy from the kernel that computes it, no cast kernel to save
         return given, None, False
@@ -248,14 +243,15 @@ def _operand(node: torch.fx.Node, i: int, given: Any, dtype: torch.dtype,
     return given, fp32, src.cast_shared
 
 
-def _under_views(arg: Any) -> Any:
-    """``arg`` with the shape ops in front of it looked through (at most 8)."""
-    for _ in range(8):
-        if not (isinstance(arg, torch.fx.Node) and arg.op == "call_function"
-                and arg.target in VIEW_OPS and isinstance(arg.args[0], torch.fx.Node)):
-            break
+def _views(arg: Any) -> list[torch.fx.Node]:
+    """The shape ops in front of ``arg`` (at most 8), outermost first, then what they
+    view; empty where ``arg`` is no shape op."""
+    chain = []
+    while (len(chain) < 8 and isinstance(arg, torch.fx.Node) and arg.op == "call_function"
+           and arg.target in VIEW_OPS and isinstance(arg.args[0], torch.fx.Node)):
+        chain.append(arg)
         arg = arg.args[0]
-    return arg
+    return chain + [arg] if chain else []
 
 
 def _constant(node: torch.fx.Node, i: int, given: Any, dtype: torch.dtype) -> bool:
@@ -267,7 +263,7 @@ def _constant(node: torch.fx.Node, i: int, given: Any, dtype: torch.dtype) -> bo
     compute dtype, with no fp32 tensor behind it (``_source`` finds none). Views in
     front of it are looked through, as ``_source`` does.
     """
-    arg = _under_views(node.args[i])
+    arg = (_views(node.args[i]) or [node.args[i]])[-1]
     val = _val(arg)
     return (isinstance(arg, torch.fx.Node) and arg.op == "get_attr" and val is not None
             and val.dtype == dtype and given.get_dtype() == dtype and _materialized(given))
