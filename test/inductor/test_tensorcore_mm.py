@@ -306,6 +306,13 @@ class TestCostModel(TestCase):
         preds = {p.label: p.seconds for p in preds}
         self.assertLess(preds["template[b]"], preds["template[a]"])
 
+    def test_a_shared_cast_is_not_fused(self):
+        # the bf16 weight is needed elsewhere (e.g. saved for backward): it is read, not re-cast
+        plan = planner.plan(linear_problem(16, 4096, 4096, w_castable=False), H200)
+        self.assertFalse(plan.fused_b)
+        self.assertNotIn("template[b]", [p.label for p in plan.predictions])
+        self.assertNotIn("template[a,b]", [p.label for p in plan.predictions])
+
     def test_the_decision_imports_no_inductor_and_the_kernel_no_heuristic(self):
         # one way: the lowering builds the Problem, the plan module decides, the heuristic
         # only yields the plan's configs (they travel with the kernel inputs)
@@ -480,14 +487,16 @@ class TestTensorCoreMMFallback(TensorCoreMMTestCase):
         fn, inputs, counter = {
             "fp64": (linear(), gpu_randn((16, 64), (32, 64), dtype=torch.float64),
                      "fallback:dtype:float64"),
-            "int64": (lambda x, w: linear()(x, w.t()),
-                      [torch.randint(0, 9, s, device=GPU_TYPE) for s in ((16, 64), (64, 32))],
-                      "fallback:dtype:int64"),
+            "int64": (linear(), [torch.randint(0, 9, s, device=GPU_TYPE)
+                                 for s in ((16, 64), (32, 64))], "fallback:dtype:int64"),
             "bf16": (linear(), gpu_randn((16, 64), (32, 64), dtype=BF16), "stock:no_fp32_operand"),
             "zero_alpha_beta": (scaled, gpu_randn((16, 32), (16, 64), (32, 64)),
                                 "fallback:arguments"),
         }[case]
-        self.assertStock(self.cuda_code(fn, *inputs), f"tensorcore_mm_{counter}")
+        code = self.cuda_code(fn, *inputs)
+        self.assertStock(code, f"tensorcore_mm_{counter}")
+        if case == "fp64":
+            self.assertIn("extern_kernels.mm(", "\n".join(code))
 
     @requires_cuda_sm80
     def test_fp32_outside_autocast(self):

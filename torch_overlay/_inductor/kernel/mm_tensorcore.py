@@ -205,8 +205,7 @@ def _source(node: torch.fx.Node, i: int, dtype: torch.dtype, meta_mod: Any) -> O
     weight arrives as ``permute(cast(w))``) are looked through here and re-applied
     to the fp32 tensor by ``_Source.lower``.
     """
-    views = _views(node.args[i])
-    arg = views.pop() if views else node.args[i]
+    views, arg = _views(node.args[i])
     parent, index = (views[-1], 0) if views else (node, i)
     src = meta_mod.cast_source(parent, index)
     cast_val, src_val = _val(arg), _val(src)
@@ -228,7 +227,7 @@ def _operand(node: torch.fx.Node, i: int, given: Any, dtype: torch.dtype,
     src = _source(node, i, dtype, meta_mod)
     if src is None:
         return given, None, False
-    if (_views(src.src) or [src.src])[-1].op not in ("placeholder", "get_attr"):
+    if _views(src.src)[1].op not in ("placeholder", "get_attr"):
         # an activation this graph computes (a norm, a residual add): stock writes its
         # 16-bit copy from the kernel that computes it, no cast kernel to save
         return given, None, False
@@ -243,15 +242,14 @@ def _operand(node: torch.fx.Node, i: int, given: Any, dtype: torch.dtype,
     return given, fp32, src.cast_shared
 
 
-def _views(arg: Any) -> list[torch.fx.Node]:
-    """The shape ops in front of ``arg`` (at most 8), outermost first, then what they
-    view; empty where ``arg`` is no shape op."""
+def _views(arg: Any) -> tuple[list[torch.fx.Node], Any]:
+    """(the shape ops in front of ``arg``, outermost first, at most 8; what they view)."""
     chain = []
     while (len(chain) < 8 and isinstance(arg, torch.fx.Node) and arg.op == "call_function"
            and arg.target in VIEW_OPS and isinstance(arg.args[0], torch.fx.Node)):
         chain.append(arg)
         arg = arg.args[0]
-    return chain + [arg] if chain else []
+    return chain, arg
 
 
 def _constant(node: torch.fx.Node, i: int, given: Any, dtype: torch.dtype) -> bool:
@@ -263,7 +261,7 @@ def _constant(node: torch.fx.Node, i: int, given: Any, dtype: torch.dtype) -> bo
     compute dtype, with no fp32 tensor behind it (``_source`` finds none). Views in
     front of it are looked through, as ``_source`` does.
     """
-    arg = (_views(node.args[i]) or [node.args[i]])[-1]
+    arg = _views(node.args[i])[1]
     val = _val(arg)
     return (isinstance(arg, torch.fx.Node) and arg.op == "get_attr" and val is not None
             and val.dtype == dtype and given.get_dtype() == dtype and _materialized(given))
