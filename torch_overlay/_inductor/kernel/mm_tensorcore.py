@@ -53,8 +53,6 @@ log = logging.getLogger(__name__)
 plan_log = torch._logging.getArtifactLogger(__name__, "tensorcore_mm")
 aten = torch.ops.aten
 
-COUNTER = "inductor"
-TEMPLATE_NAMES = ("tensorcore_mm", "tensorcore_bmm")
 _TEMPLATE_DIR = pathlib.Path(__file__).parent / "templates"
 
 
@@ -152,7 +150,7 @@ def _force() -> planner.Force:
 
 
 def _count(key: str) -> None:
-    counters[COUNTER][key] += 1
+    counters["inductor"][key] += 1
 
 
 class _Source:
