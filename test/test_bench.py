@@ -271,6 +271,73 @@ class TestMeasureCase(TestCase):
                          {"status": "failed", "message": "RuntimeError: no compiler"})
         self.assertEqual(record["modes"]["eager"]["status"], "ok")
 
+    def test_graph_timer_calls_every_input_set_once_a_replay(self):
+        case = case_by_id("pointwise/float32 tanh 1M")
+        called, seen = [], []
+
+        def graph_timer(fn):
+            start = len(called)
+            fn()
+            seen.extend(called[start:])
+            return 8.0
+
+        def build(m, c):
+            step = c.step(c.fn)
+            return lambda *inputs: called.append(id(inputs[0])) or step(*inputs)
+
+        with mock.patch.object(bench, "graph_ms", graph_timer):
+            record = bench.measure_case(case, ["eager"], device="cpu", timer=graph_timer,
+                                        build=build, overlays=[], l2_bytes=64 << 20)
+        sets = len(seen)
+        self.assertGreater(sets, 1)  # 1M-element sets rotated through a 64 MB L2
+        self.assertEqual(len(set(seen)), sets)  # each set once, not one set again
+        self.assertEqual(record["modes"]["eager"]["ms"], 8.0 / sets)
+
+
+class TestPartModes(TestCase):
+    """The A/B modes of tensorcore_mm's parts: config entries and replaced module
+    attributes for the mode's compiles only, and only when asked for."""
+
+    def test_a_mode_patches_only_while_it_runs(self):
+        from bench_workloads import MODES
+
+        mode = MODES["template-no-split"]
+        with bench.mode_context(mode, overlays=None, force=False):
+            from torch._inductor import config
+            from torch._inductor.kernel import mm_tensorcore_plan as planner
+
+            self.assertEqual(config.tensorcore_mm_force_path, "template")
+            self.assertEqual(planner.MAX_SPLIT_K, 1)
+        self.assertGreater(planner.MAX_SPLIT_K, 1)
+        with bench.mode_context(MODES["overlay-no-epilogue"], overlays=None, force=False):
+            from torch._inductor.kernel import mm_tensorcore
+
+            self.assertIsNone(mm_tensorcore._gelu_add_epilogue(None))
+
+    def test_part_modes_run_only_when_named(self):
+        plans = []
+        with mock.patch.object(bench, "gpu_available", return_value=True), \
+                mock.patch.object(bench, "make_plan", side_effect=lambda c, m, a: plans.append(m)
+                                  or []), \
+                mock.patch.object(bench, "measure_ceilings", return_value=CEILINGS), \
+                mock.patch.object(bench, "warm_up_compiler"), \
+                mock.patch.object(bench, "finish"), \
+                mock.patch.object(torch.cuda, "get_device_name", return_value="GPU"), \
+                tempfile.TemporaryDirectory() as tmp:
+            bench.main(["--workloads", "linear", "--out", tmp])
+            bench.main(["--mnk", "16x1280x5120", "--modes", "stock,template-no-split",
+                        "--out", tmp])
+        self.assertIn("overlay", plans[0])
+        self.assertFalse([m for m in plans[0] if m.startswith("template") or "-no-" in m])
+        self.assertEqual(plans[1], ["stock", "template-no-split"])
+
+    def test_mnk_gives_cases_of_those_shapes(self):
+        cases = all_cases(["linear", "gelu_linear", "mlp"], [(16, 1280, 5120)])
+        self.assertEqual({c.workload for c in cases}, {"linear", "gelu_linear"})
+        self.assertTrue(all((c.params["M"], c.params["N"], c.params["K"]) == (16, 1280, 5120)
+                            for c in cases))
+        self.assertEqual(len(all_cases(None, [(4, 1024, 4096)])), 1)
+
 
 class TestOutput(TestCase):
     def test_json_round_trip_and_upsert(self):

@@ -10,7 +10,12 @@
     python tools/bench.py --report bench_out/bench.json > BENCHMARKS.md
 
 Select with --workloads linear,mlp, --shapes REGEX (searched in the case labels that
---list prints), --modes stock,overlay. Max-autotune is slow to compile: by default it
+--list prints), --modes stock,overlay; --mnk 16x1280x5120,4x1024x4096 gives linear (and
+gelu_linear) cases of other shapes. The A/B modes of tensorcore_mm's parts (split-K, the
+timed plan, the gelu-add epilogue) run only when --modes names them; --graph times decode-
+sized kernels without the host:
+
+    python tools/bench.py --mnk 16x1280x5120 --modes stock,overlay,template-no-split --graph Max-autotune is slow to compile: by default it
 runs on the issue's shape sets only (--max-autotune all for every case), after every
 other mode of every case, and is skipped once --budget-s seconds have passed. The JSON
 is rewritten after each case, so a killed run keeps what it measured.
@@ -22,6 +27,7 @@ import contextlib
 import dataclasses
 import datetime
 import gc
+import importlib
 import math
 import pathlib
 import platform
@@ -32,6 +38,7 @@ import sys
 import time
 import zlib
 from typing import Callable
+from unittest import mock
 
 TOOLS = pathlib.Path(__file__).resolve().parent
 REPO = TOOLS.parent
@@ -185,8 +192,12 @@ def mode_context(mode: Mode, overlays: list[str] | None, force: bool, fresh: boo
     try:
         if mode.overlays:
             torch_overlay.enable(overlays, force=force)
-        with (fresh_cache() if fresh else contextlib.nullcontext()), \
-                torch._inductor.config.patch(freezing=mode.freezing):
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(fresh_cache() if fresh else contextlib.nullcontext())
+            stack.enter_context(torch._inductor.config.patch(freezing=mode.freezing,
+                                                             **dict(mode.config)))
+            for module, name, value in mode.replace:
+                stack.enter_context(mock.patch.object(importlib.import_module(module), name, value))
             yield
     finally:
         torch_overlay.disable()
@@ -254,7 +265,10 @@ def measure_mode(case, mode, input_sets, ref, tol, *, device, timer, build, over
             del outputs
             if is_wrong(error, tol):  # a wrong result is never timed
                 return {"status": "WRONG", "compile_s": compile_s, "error": error}
-            ms = timer(rotating(call, input_sets))
+            if timer is graph_ms:  # one replay calls every input set once
+                ms = graph_ms(lambda: [call(*s) for s in input_sets]) / len(input_sets)
+            else:
+                ms = timer(rotating(call, input_sets))
         return {"status": "ok", "ms": ms, "compile_s": compile_s, "error": error}
     except Exception as e:  # one mode's failure must not end the run
         return {"status": "failed", "message": one_line(e)}
@@ -361,6 +375,7 @@ def run_benchmarks(plan, doc: dict, out_dir: pathlib.Path, args, overlays) -> No
         try:
             record = measure_case(
                 case, modes, overlays=overlays, force=args.force,
+                timer=graph_ms if args.graph else median_ms,
                 l2_bytes=torch.cuda.get_device_properties().L2_cache_size, passes=args.passes,
                 on_mode=lambda name, r, rec: log(mode_line(name, r, rec, ceilings)))
         except Exception as e:  # the case's inputs or reference failed (out of memory, ...)
@@ -813,7 +828,7 @@ def probe_overlays(names: list[str] | None, force: bool) -> list[str] | None:
     return enabled
 
 def select_cases(args) -> list[Case]:
-    cases = all_cases(args.workloads)
+    cases = all_cases(args.workloads, args.mnk)
     if args.quick and not args.shapes:
         cases = [c for c in cases if c.id in QUICK_CASES]
     if args.shapes:
@@ -841,7 +856,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--shapes", metavar="REGEX",
                    help="keep the cases whose label matches (--models --compile-only: the "
                         "rows whose model/row id matches)")
-    p.add_argument("--modes", type=names(list(MODES)), help="default: all")
+    p.add_argument("--modes", type=names(list(MODES)),
+                   help="default: all but the A/B modes of an overlay's parts")
+    p.add_argument("--mnk", metavar="MxNxK,...",
+                   type=lambda s: [tuple(int(d) for d in v.split("x")) for v in s.split(",") if v],
+                   help="linear (and gelu_linear) cases of these shapes instead of the sets")
+    p.add_argument("--graph", action="store_true",
+                   help="time a CUDA-graph replay of one call per input set (kernel time "
+                        "without the host's launches) instead of do_bench of the calls")
     p.add_argument("--max-autotune", choices=("required", "all"), default="required",
                    help="cases that get the max-autotune modes (default: the issue's shape sets)")
     p.add_argument("--budget-s", type=float,
@@ -965,7 +987,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.models:
         return main_models(args, argv)
     cases = select_cases(args)
-    modes = args.modes or (list(QUICK_MODES) if args.quick else list(MODES))
+    modes = args.modes or (list(QUICK_MODES) if args.quick
+                           else [m for m in MODES if not MODES[m].ab])
     if args.list:
         for c in cases:
             mark = "  (max-autotune by default)" if c.required_max_autotune else ""
@@ -983,7 +1006,8 @@ def main(argv: list[str] | None = None) -> int:
     overlays = probe_overlays(args.overlays, args.force)
     args.out.mkdir(parents=True, exist_ok=True)
     settings = {"modes": modes, "max_autotune": args.max_autotune, "budget_s": args.budget_s,
-                "do_bench_ms": {"warmup": WARMUP_MS, "rep": REP_MS}}
+                "do_bench_ms": {"warmup": WARMUP_MS, "rep": REP_MS},
+                "timer": "CUDA-graph replay" if args.graph else "do_bench"}
     if args.compile_only:
         doc = new_document(environment(argv, overlays), None, settings)
         doc["compile_only"] = compile_only(cases, overlays, args.force)

@@ -29,6 +29,11 @@ class Mode:
     # torch._inductor.config.freezing: the weights (Case.weight_args) become parameters of
     # a module and Inductor folds them into constants (inference cases only)
     freezing: bool = False
+    # an A/B of one part of an overlay: Inductor config entries, and module attributes
+    # (module, name, value) replaced for the mode's compiles (its caches are fresh)
+    config: tuple[tuple[str, object], ...] = ()
+    replace: tuple[tuple[str, str, object], ...] = ()
+    ab: bool = False  # run only when --modes names it
 
     @property
     def max_autotune(self) -> bool:
@@ -47,6 +52,17 @@ MODES: dict[str, Mode] = {m.name: m for m in (
     Mode("addmm-activation", "addmm_act", addmm_activation=True),
     Mode("stock_freezing", "stock frz", "default", freezing=True),
     Mode("overlay_freezing", "overlay frz", "default", overlays=True, freezing=True),
+    # tensorcore_mm's parts, each against the overlay as users get it
+    Mode("overlay-predicted", "predicted", "default", overlays=True, ab=True,
+         config=(("tensorcore_mm_measure", False),)),
+    Mode("template", "template", "default", overlays=True, ab=True,
+         config=(("tensorcore_mm_force_path", "template"),)),
+    Mode("template-no-split", "no split", "default", overlays=True, ab=True,
+         config=(("tensorcore_mm_force_path", "template"),),
+         replace=(("torch._inductor.kernel.mm_tensorcore_plan", "MAX_SPLIT_K", 1),)),
+    Mode("overlay-no-epilogue", "no epi", "default", overlays=True, ab=True,
+         replace=(("torch._inductor.kernel.mm_tensorcore", "_gelu_add_epilogue",
+                   lambda node: None),)),
 )}
 STOCK_MODES = ("stock", "stock-max-autotune", "stock_freezing")
 
@@ -158,8 +174,8 @@ POINTWISE_SIZES = {"1M": 1 << 20, "64M": 1 << 26}
 MLP_SHAPES = [(8192, 1024, 4096), (4096, 4096, 16384)]
 
 
-def linear_cases() -> Iterator[Case]:
-    for M, N, K in TENSORCORE_MM_SHAPES + LLM_SHAPES + BATCHED_SHAPES:
+def linear_cases(shapes=None) -> Iterator[Case]:
+    for M, N, K in shapes or TENSORCORE_MM_SHAPES + LLM_SHAPES + BATCHED_SHAPES:
         yield Case(
             "linear", f"{M}x{N}x{K}", dict(M=M, N=N, K=K), BF16,
             flops=2 * M * N * K,
@@ -185,10 +201,10 @@ def bmm_cases() -> Iterator[Case]:
         )
 
 
-def gelu_linear_cases() -> Iterator[Case]:
+def gelu_linear_cases(shapes=None) -> Iterator[Case]:
     for variant, in_dtype in (("bf16", BF16), ("autocast", FP32)):
         for approximate in ("tanh", "none"):
-            for M, N, K in GELU_LINEAR_SHAPES:
+            for M, N, K in shapes or GELU_LINEAR_SHAPES:
                 fn = functools.partial(gelu_linear_add, approximate=approximate)
                 # bf16 + fp32 residual promotes: the autocast output is fp32
                 yield Case(
@@ -285,5 +301,13 @@ WORKLOADS: dict[str, Workload] = {
 }
 
 
-def all_cases(workloads: list[str] | None = None) -> list[Case]:
+# the workloads whose cases take other (M, N, K) shapes (bench.py --mnk)
+SHAPED = ("linear", "gelu_linear")
+
+
+def all_cases(workloads: list[str] | None = None,
+              shapes: list[tuple[int, int, int]] | None = None) -> list[Case]:
+    if shapes:
+        return [c for name in (workloads or ["linear"]) if name in SHAPED
+                for c in WORKLOADS[name].cases(shapes)]
     return [c for name in (workloads or WORKLOADS) for c in WORKLOADS[name].cases()]
