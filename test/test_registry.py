@@ -215,11 +215,12 @@ class TestOverlays(TestCase):
     def test_every_edit_applies_and_replaces_only_what_the_series_edits(self):
         status = torch_overlay.status()
         edited = sorted({f for o in status.overlays for f in o.functions})
-        self.assertEqual(len(edited), 13)
+        self.assertEqual(len(edited), 14)
         self.assertLessEqual(len(status.replaced), len(edited))
         for overlay in status.overlays:
             self.assertEqual(overlay.state, "active", overlay.reason)
         self.assertIn("torch._inductor.kernel.mm.tuned_mm", edited)
+        self.assertIn("torch._inductor.compile_fx.fx_codegen_and_compile", edited)
 
     def test_a_parts_edits_of_upstream_files_apply_with_its_overlay(self):
         # tuned_bmm's hunk is a part's (tensorcore_mm_bmm); a part's edits of the new

@@ -1,7 +1,7 @@
 # Owner(s): ["module: inductor"]
-"""``config.tensorcore_mm_precompile``: a tensorcore_mm kernel that fails to compile or
-load (a driver without a binary for it) lowers as stock, with one warning a cause,
-instead of failing the compile.
+"""``config.tensorcore_mm_fallback``: a graph whose compile fails after it lowered
+tensorcore_mm templates (a kernel the driver cannot load) is compiled again with the
+stock lowering, with one warning a cause, instead of failing the compile.
 """
 from __future__ import annotations
 
@@ -9,11 +9,15 @@ import contextlib
 import logging
 from unittest import mock
 
+import torch
 import torch.nn.functional as F
 from torch._inductor import config as inductor_config
+from torch._inductor.graph import GraphLowering
 from torch._inductor.kernel import mm_tensorcore
 from torch._inductor.kernel import mm_tensorcore_plan as planner
+from torch._inductor.select_algorithm import TritonTemplateCaller
 from torch._inductor.test_case import run_tests
+from torch.fx.experimental.proxy_tensor import make_fx
 from torch.testing import FileCheck
 
 
@@ -25,6 +29,8 @@ except ImportError:
     from test_tensorcore_mm import (
         BF16, H200, TensorCoreMMTestCase, comparable, gpu_randn, linear, requires_cuda_sm80,
     )
+
+NO_BINARY = "Triton Error [CUDA]: CUDA_ERROR_NO_BINARY_FOR_GPU"
 
 
 @contextlib.contextmanager
@@ -40,48 +46,128 @@ def no_template_binary():
         name = self.fn.__name__
         if name.startswith(("triton_tensorcore", "triton_tem_")):
             refused.append(name)
-            raise RuntimeError("Triton Error [CUDA]: CUDA_ERROR_NO_BINARY_FOR_GPU")
+            raise RuntimeError(NO_BINARY)
         return make_launchers(self)
 
     with mock.patch.object(CachingAutotuner, "_make_launchers", refuse):
         yield refused
 
 
-class TestTensorCoreMMCompileFailure(TensorCoreMMTestCase):
-    def test_kernel_failing_to_compile_or_load(self):
-        # found while lowering, where the stock lowering can still take over: loaded with
-        # the output module, CUDA_ERROR_NO_BINARY_FOR_GPU failed the compile
-        from torch._inductor.select_algorithm import TritonTemplateCaller
+@contextlib.contextmanager
+def no_template_module():
+    """The output module of a graph with a template kernel fails to load, as with the
+    driver above (get_code generates the module without loading it)."""
+    codegen = GraphLowering.codegen
+    failed = []
 
-        error = RuntimeError("Triton Error [CUDA]: CUDA_ERROR_NO_BINARY_FOR_GPU")
+    def load(self, *args, **kwargs):
+        wrapper, kernels = codegen(self, *args, **kwargs)
+        if "triton_tem_" in wrapper.value:
+            failed.append(wrapper.value)
+            raise RuntimeError(NO_BINARY)
+        return wrapper, kernels
+
+    with mock.patch.object(GraphLowering, "codegen", load):
+        yield failed
+
+
+@requires_cuda_sm80
+class TestTensorCoreMMCompileFailure(TensorCoreMMTestCase):
+    def setUp(self):
+        super().setUp()
+        self._h200 = mock.patch.object(planner, "device_model", return_value=H200)
+        self._h200.__enter__()
+        self._warned = mock.patch.object(mm_tensorcore, "_failed_compiles", set())
+        self._warned.__enter__()
+
+    def tearDown(self):
+        self._warned.__exit__(None, None, None)
+        self._h200.__exit__(None, None, None)
+        super().tearDown()
+
+    def test_lowering_compiles_nothing(self):
+        # a single choice is compiled with the output module's kernels, in parallel
+        with mock.patch.object(TritonTemplateCaller, "precompile") as precompile:
+            code = self.cuda_code(linear(), *gpu_randn((16, 4096), (4096, 4096), (4096,)))
+        self.assertTemplate(code)
+        precompile.assert_not_called()
+
+    def test_graph_failing_to_load_compiles_again_as_stock(self):
         inputs = gpu_randn((16, 4096), (4096, 4096), (4096,))
-        with (inductor_config.patch(tensorcore_mm_precompile=True),
-              mock.patch.object(planner, "device_model", return_value=H200),
-              mock.patch.object(TritonTemplateCaller, "precompile", side_effect=error) as precompile,
-              mock.patch.object(mm_tensorcore, "_failed_compiles", set()),
-              self.assertLogs(mm_tensorcore.log, logging.WARNING) as logs):
-            code = self.cuda_code(linear(), *inputs)
-            precompile.assert_called_once()
-            # the same cause again, at another shape: falls back, no second warning
-            self.cuda_code(linear(), *gpu_randn((16, 2048), (4096, 2048), (4096,)))
+        with no_template_module() as failed, \
+                self.assertLogs(mm_tensorcore.log, logging.WARNING) as logs:
+            code = self.cuda_code(linear(), *inputs, strict=False)
+            self.assertEqual(len(failed), 1)
+            self.assertStock(code, "tensorcore_mm_fallback:compile_error")
             self.assertEqual(self.counts["tensorcore_mm_fallback:compile_error"], 1)
+            # the same cause again, in another graph: stock again, no second warning
+            self.cuda_code(linear(), *gpu_randn((16, 2048), (4096, 2048), (4096,)), strict=False)
+            self.assertEqual(len(failed), 2)
         self.assertEqual(len(logs.records), 1)
-        self.assertIn("addmm of (B, M, N, K) (1, 16, 4096, 4096)", logs.output[0])
-        self.assertIn("RuntimeError: Triton Error [CUDA]: CUDA_ERROR_NO_BINARY_FOR_GPU",
-                      logs.output[0])
-        self.assertStock(code, "tensorcore_mm_fallback:compile_error")
+        FileCheck().check("1 template(s), the first addmm of (B, M, N, K) (1, 16, 4096, 4096)").check(
+            NO_BINARY).run(logs.output[0])
         FileCheck().check_not("triton_tem_").check("extern_kernels.addmm(").run("\n".join(code))
         stock = self.cuda_code(linear(), *inputs, enabled=False)
         self.assertEqual(comparable(code), comparable(stock))
 
-    @requires_cuda_sm80
+    def test_graph_failing_without_a_template_raises(self):
+        # not the template's failure: the error, once
+        calls = []
+
+        def broken(self, *args, **kwargs):
+            calls.append(1)
+            raise RuntimeError("not a template")
+
+        inputs = gpu_randn((4096, 4096), (4096, 4096))  # compute-bound: stock's lowering
+        with mock.patch.object(GraphLowering, "codegen", broken), \
+                self.assertRaisesRegex(Exception, "not a template"):
+            self.cuda_code(linear(), *inputs, strict=False)
+        self.assertEqual(len(calls), 1)
+
+    def test_off_the_failure_is_the_compiles(self):
+        with inductor_config.patch(tensorcore_mm_fallback=False), no_template_module(), \
+                self.assertRaisesRegex(Exception, "CUDA_ERROR_NO_BINARY_FOR_GPU"):
+            self.cuda_code(linear(), *gpu_randn((16, 4096), (4096, 4096)), strict=False)
+
+    def test_strict_fallbacks_raise(self):
+        # TORCHINDUCTOR_STRICT_FALLBACKS, as in these tests: the error, not the retry
+        with no_template_module(), self.assertRaisesRegex(Exception, "CUDA_ERROR_NO_BINARY"):
+            self.cuda_code(linear(), *gpu_randn((16, 4096), (4096, 4096)))
+
+    def test_retry_compiles_the_graph_its_passes_had_not_rewritten(self):
+        def fn(x, w, b):
+            return torch.addmm(b, x, w.t()).relu()
+
+        gm = make_fx(fn)(
+            torch.randn(4, 8), torch.randn(3, 8), torch.randn(3))
+        original = [(n.op, str(n.target)) for n in gm.graph.nodes]
+        seen = []
+
+        def compile_graph(g, example_inputs):
+            seen.append(([(n.op, str(n.target)) for n in g.graph.nodes],
+                         inductor_config.tensorcore_mm_autocast))
+            if len(seen) == 1:  # a pass rewrites the graph, a template is lowered, then ...
+                relu = next(n for n in g.graph.nodes if n.target is torch.ops.aten.relu.default)
+                relu.replace_all_uses_with(relu.args[0])
+                g.graph.erase_node(relu)
+                mm_tensorcore._TEMPLATES.get().append("addmm of (B, M, N, K) (1, 4, 3, 8)")
+                raise RuntimeError(NO_BINARY)
+            return "compiled"
+
+        with inductor_config.patch(tensorcore_mm_autocast=True), \
+                mock.patch.dict("os.environ", {"TORCHINDUCTOR_STRICT_FALLBACKS": "0"}), \
+                self.assertLogs(mm_tensorcore.log, logging.WARNING):
+            self.assertEqual(mm_tensorcore.compile_with_stock_fallback(compile_graph, gm, []),
+                             "compiled")
+        self.assertEqual(seen, [(original, True), (original, False)])
+        self.assertEqual(self.counts["tensorcore_mm_fallback:compile_error"], 1)
+
     def test_kernel_failing_to_load_runs_stock(self):
-        # the driver refuses every template kernel's binary, the final one's too
+        # on the device: the driver refuses every template kernel's binary
         x, w, b = gpu_randn((16, 4096), (4096, 4096), (4096,))
-        with (mock.patch.object(planner, "device_model", return_value=H200),
-              no_template_binary() as refused,
-              mock.patch.object(mm_tensorcore, "_failed_compiles", set()),
-              self.assertLogs(mm_tensorcore.log, logging.WARNING) as logs):
+        with no_template_binary() as refused, \
+                self.assertLogs(mm_tensorcore.log, logging.WARNING) as logs, \
+                mock.patch.dict("os.environ", {"TORCHINDUCTOR_STRICT_FALLBACKS": "0"}):
             out, code = self.compile_and_run(linear(), x, w, b)
         self.assertTrue(refused)
         self.assertEqual(len(logs.records), 1)

@@ -182,27 +182,8 @@ def fake_cuda(profile: GPUProfile) -> Iterator[None]:
     with contextlib.ExitStack() as stack:
         for p in patches:
             stack.enter_context(p)
-        # tensorcore_mm loads its kernel while lowering, which needs the real driver
-        stack.enter_context(_declared_config("tensorcore_mm_precompile", False))
         # Inductor caches device properties and has_triton answers per process.
         from torch._inductor.runtime.hints import DeviceProperties
 
         DeviceProperties.create.cache_clear() if hasattr(DeviceProperties.create, "cache_clear") else None
         yield
-
-
-@contextlib.contextmanager
-def _declared_config(name: str, value: object) -> Iterator[None]:
-    """``torch._inductor.config.<name> = value`` while it is declared (an overlay's
-    entry: absent while the overlay is off)."""
-    from torch._inductor import config
-
-    declared = name in config._config
-    old = getattr(config, name) if declared else None
-    if declared:
-        setattr(config, name, value)
-    try:
-        yield
-    finally:
-        if declared and name in config._config:
-            setattr(config, name, old)

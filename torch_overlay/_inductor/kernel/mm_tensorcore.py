@@ -12,17 +12,20 @@ One row (M = 1) lowers to a reduction over K instead (``_lower_gemv``).
 The plan (path, operands cast in the kernel, tile configs) comes from
 kernel/mm_tensorcore_plan.py and reaches the template's heuristic
 (template_heuristics/tensorcore_mm.py) with the kernel inputs. A matmul it does not pay
-for, any input it does not handle and a kernel that fails to compile or load
-(``config.tensorcore_mm_precompile``) return None: the stock lowering runs,
+for and any input it does not handle return None: the stock lowering runs,
 counted in ``counters["inductor"]["tensorcore_mm_fallback:<reason>"]`` (or ``..._stock:``
-where stock is the better choice). Under max-autotune the template's configs are
+where stock is the better choice). A graph whose compile fails after it lowered
+templates (a kernel the driver cannot load) is compiled again with the stock lowering
+(``compile_with_stock_fallback``, ``config.tensorcore_mm_fallback``). Under max-autotune the template's configs are
 autotuned against the stock path as a subgraph of the same fp32 inputs.
 """
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import functools
 import logging
+import operator
 import pathlib
 from typing import Any, Callable, Optional
 
@@ -415,7 +418,8 @@ def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
         try:
             t_template, t_gemm = _timings(choices[0], kernel_inputs, layout, op, dtype)
         except Exception as e:
-            _compile_failed(op, shape, e)
+            _compile_failed(f"{op} of (B, M, N, K) {shape}", e)
+            raise _Decline("compile_error") from e
         # the casts' bytes only: a model that keeps the device busy hides their launches
         saved = sum(planner.cast_seconds(o, dev) - dev.kernel_overhead for o, fused in (
             (problem.a, the_plan.fused_a), (problem.b, the_plan.fused_b),
@@ -427,17 +431,13 @@ def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
                        "template" if faster else "stock")
         if not faster:
             raise _Decline("measured", fallback=False)
-    elif inductor_config.tensorcore_mm_precompile:
-        # a single choice autotuning returns uncompiled: loaded with the output module,
-        # a kernel the driver cannot load would fail the compile
-        try:
-            choices[0].precompile()
-        except Exception as e:
-            _compile_failed(op, shape, e)
     result, _ = autotune_select_algorithm(name, choices, kernel_inputs.nodes(), layout)
     if not isinstance(result, ir.IRNode):
         raise TypeError(f"{name}: autotuning returned {type(result).__name__}, not IR")
     _count("tensorcore_mm_template")
+    templates = _TEMPLATES.get()
+    if templates is not None:  # for compile_with_stock_fallback
+        templates.append(f"{op} of (B, M, N, K) {shape}")
     if weight16:
         _count("tensorcore_mm_template_frozen")
     if epilogue is not None:
@@ -447,18 +447,61 @@ def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
     return result
 
 
-def _compile_failed(op: str, shape: tuple[int, ...], e: Exception) -> None:
-    """Decline to stock after the template kernel failed to compile or load, with one
-    warning a cause (a driver without the binary fails every kernel alike)."""
+def compile_with_stock_fallback(compile_graph: Callable[..., Any], gm: torch.fx.GraphModule,
+                                *args: Any) -> Any:
+    """``compile_graph(gm, *args)``, the post-grad passes, codegen and compile of one
+    graph; where that fails after the graph lowered templates, the graph again with the
+    stock lowering.
+
+    A single choice is compiled and loaded with the output module, in parallel with its
+    other kernels: a kernel the driver cannot load fails the compile there, where the
+    lowering can no longer take it back. A retry costs a failed graph a second compile
+    (from a copy of the graph the passes have not rewritten) instead of every graph a
+    serial compile of each template while lowering. The counters are the retry's, with
+    the failure counted.
+    """
+    if not any(n.target in _OPS for n in gm.graph.nodes):
+        return compile_graph(gm, *args)
+    graph = torch.fx.Graph()
+    graph._codegen = gm.graph._codegen
+    graph.output(graph.graph_copy(gm.graph, {})).meta = dict(gm.graph.output_node().meta)
+    attrs = {n.target: operator.attrgetter(n.target)(gm)
+             for n in gm.graph.nodes if n.op == "get_attr"}
+    meta = dict(gm.meta)
+    templates: list[str] = []
+    before = counters["inductor"].copy()
+    token = _TEMPLATES.set(templates)
+    try:
+        return compile_graph(gm, *args)
+    except Exception as e:
+        if not templates or strict_fallbacks():
+            raise
+        error = e
+    finally:
+        _TEMPLATES.reset(token)
+    _compile_failed(f"{len(templates)} template(s), the first {templates[0]}", error)
+    counters["inductor"].clear()
+    counters["inductor"].update(before)
+    _count("tensorcore_mm_fallback:compile_error")
+    copy = torch.fx.GraphModule(attrs, graph)
+    copy.meta.update(meta)
+    with inductor_config.patch(tensorcore_mm_autocast=False):
+        return compile_graph(copy, *args)
+
+
+def _compile_failed(what: str, e: Exception) -> None:
+    """One warning a cause: a driver without the binary fails every kernel alike."""
     cause = f"{type(e).__name__}: {e}"
     report = log.debug if cause in _failed_compiles else log.warning
     _failed_compiles.add(cause)
-    report("tensorcore_mm: %s of (B, M, N, K) %s: stock lowering, the template kernel "
-           "failed to compile or load: %s", op, shape, cause)
-    raise _Decline("compile_error") from e
+    report("tensorcore_mm: %s: stock lowering, the template kernel failed to compile or "
+           "load: %s", what, cause)
 
 
 _failed_compiles: set[str] = set()
+# the templates lowered in the graph that compile_with_stock_fallback compiles
+_TEMPLATES: contextvars.ContextVar[Optional[list[str]]] = contextvars.ContextVar(
+    "tensorcore_mm_templates", default=None)
 # A measured template must beat the stock path by this much: timed alone, a template
 # kernel runs faster than among a model's other kernels.
 MEASURED_MARGIN = 0.15
