@@ -483,10 +483,10 @@ def compile_with_stock_fallback(compile_graph: Callable[..., Any], gm: torch.fx.
     counters["inductor"].clear()
     counters["inductor"].update(before)
     _count("tensorcore_mm_fallback:compile_error")
-    copy = torch.fx.GraphModule(attrs, graph)
-    copy.meta.update(meta)
+    unrewritten = torch.fx.GraphModule(attrs, graph)
+    unrewritten.meta.update(meta)
     with inductor_config.patch(tensorcore_mm_autocast=False):
-        return compile_graph(copy, *args)
+        return compile_graph(unrewritten, *args)
 
 
 def _compile_failed(what: str, e: Exception) -> None:
