@@ -15,10 +15,12 @@ gelu_linear) cases of other shapes. The A/B modes of tensorcore_mm's parts (spli
 timed plan, the gelu-add epilogue) run only when --modes names them; --graph times decode-
 sized kernels without the host:
 
-    python tools/bench.py --mnk 16x1280x5120 --modes stock,overlay,template-no-split --graph Max-autotune is slow to compile: by default it
-runs on the issue's shape sets only (--max-autotune all for every case), after every
-other mode of every case, and is skipped once --budget-s seconds have passed. The JSON
-is rewritten after each case, so a killed run keeps what it measured.
+    python tools/bench.py --mnk 16x1280x5120 --modes stock,overlay,template-no-split --graph
+
+Max-autotune is slow to compile: by default it runs on the issue's shape sets only
+(--max-autotune all for every case), after every other mode of every case, and is
+skipped once --budget-s seconds have passed. The JSON is rewritten after each case, so
+a killed run keeps what it measured.
 """
 from __future__ import annotations
 
