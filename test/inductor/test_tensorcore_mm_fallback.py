@@ -16,7 +16,8 @@ from torch._inductor.graph import GraphLowering
 from torch._inductor.kernel import mm_tensorcore
 from torch._inductor.kernel import mm_tensorcore_plan as planner
 from torch._inductor.select_algorithm import TritonTemplateCaller
-from torch._inductor.test_case import run_tests
+from torch._dynamo.utils import counters
+from torch._inductor.test_case import run_tests, TestCase
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.testing import FileCheck
 
@@ -134,12 +135,32 @@ class TestTensorCoreMMCompileFailure(TensorCoreMMTestCase):
         with no_template_module(), self.assertRaisesRegex(Exception, "CUDA_ERROR_NO_BINARY"):
             self.cuda_code(linear(), *gpu_randn((16, 4096), (4096, 4096)))
 
+    def test_kernel_failing_to_load_runs_stock(self):
+        # on the device: the driver refuses every template kernel's binary
+        x, w, b = gpu_randn((16, 4096), (4096, 4096), (4096,))
+        with no_template_binary() as refused, \
+                self.assertLogs(mm_tensorcore.log, logging.WARNING) as logs, \
+                mock.patch.dict("os.environ", {"TORCHINDUCTOR_STRICT_FALLBACKS": "0"}):
+            out, code = self.compile_and_run(linear(), x, w, b)
+        self.assertTrue(refused)
+        self.assertEqual(len(logs.records), 1)
+        self.assertIn("CUDA_ERROR_NO_BINARY_FOR_GPU", logs.output[0])
+        self.assertStock(code, "tensorcore_mm_fallback:compile_error")
+        self.assertLikeEager(out, linear(), [x, w, b], F.linear, BF16)
+
+
+class TestStockFallback(TestCase):
+    """compile_with_stock_fallback alone: no GPU, no Inductor compile."""
+
+    def setUp(self):
+        super().setUp()
+        counters.clear()
+
     def test_retry_compiles_the_graph_its_passes_had_not_rewritten(self):
         def fn(x, w, b):
             return torch.addmm(b, x, w.t()).relu()
 
-        gm = make_fx(fn)(
-            torch.randn(4, 8), torch.randn(3, 8), torch.randn(3))
+        gm = make_fx(fn)(torch.randn(4, 8), torch.randn(3, 8), torch.randn(3))
         original = [(n.op, str(n.target)) for n in gm.graph.nodes]
         seen = []
 
@@ -156,24 +177,12 @@ class TestTensorCoreMMCompileFailure(TensorCoreMMTestCase):
 
         with inductor_config.patch(tensorcore_mm_autocast=True), \
                 mock.patch.dict("os.environ", {"TORCHINDUCTOR_STRICT_FALLBACKS": "0"}), \
+                mock.patch.object(mm_tensorcore, "_failed_compiles", set()), \
                 self.assertLogs(mm_tensorcore.log, logging.WARNING):
             self.assertEqual(mm_tensorcore.compile_with_stock_fallback(compile_graph, gm, []),
                              "compiled")
         self.assertEqual(seen, [(original, True), (original, False)])
-        self.assertEqual(self.counts["tensorcore_mm_fallback:compile_error"], 1)
-
-    def test_kernel_failing_to_load_runs_stock(self):
-        # on the device: the driver refuses every template kernel's binary
-        x, w, b = gpu_randn((16, 4096), (4096, 4096), (4096,))
-        with no_template_binary() as refused, \
-                self.assertLogs(mm_tensorcore.log, logging.WARNING) as logs, \
-                mock.patch.dict("os.environ", {"TORCHINDUCTOR_STRICT_FALLBACKS": "0"}):
-            out, code = self.compile_and_run(linear(), x, w, b)
-        self.assertTrue(refused)
-        self.assertEqual(len(logs.records), 1)
-        self.assertIn("CUDA_ERROR_NO_BINARY_FOR_GPU", logs.output[0])
-        self.assertStock(code, "tensorcore_mm_fallback:compile_error")
-        self.assertLikeEager(out, linear(), [x, w, b], F.linear, BF16)
+        self.assertEqual(counters["inductor"]["tensorcore_mm_fallback:compile_error"], 1)
 
 
 if __name__ == "__main__":
