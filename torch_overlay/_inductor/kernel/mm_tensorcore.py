@@ -16,8 +16,9 @@ for and any input it does not handle return None: the stock lowering runs,
 counted in ``counters["inductor"]["tensorcore_mm_fallback:<reason>"]`` (or ``..._stock:``
 where stock is the better choice). A graph whose compile fails after it lowered
 templates (a kernel the driver cannot load) is compiled again with the stock lowering
-(``compile_with_stock_fallback``, ``config.tensorcore_mm_fallback``). Under max-autotune the template's configs are
-autotuned against the stock path as a subgraph of the same fp32 inputs.
+(``compile_with_stock_fallback``, ``config.tensorcore_mm_fallback``). Under max-autotune
+the template's configs are autotuned against the stock path as a subgraph of the same
+fp32 inputs.
 """
 from __future__ import annotations
 
