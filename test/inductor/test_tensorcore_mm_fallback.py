@@ -76,15 +76,10 @@ def no_template_module():
 class TestTensorCoreMMCompileFailure(TensorCoreMMTestCase):
     def setUp(self):
         super().setUp()
-        self._h200 = mock.patch.object(planner, "device_model", return_value=H200)
-        self._h200.__enter__()
-        self._warned = mock.patch.object(mm_tensorcore, "_failed_compiles", set())
-        self._warned.__enter__()
-
-    def tearDown(self):
-        self._warned.__exit__(None, None, None)
-        self._h200.__exit__(None, None, None)
-        super().tearDown()
+        for patch in (mock.patch.object(planner, "device_model", return_value=H200),
+                      mock.patch.object(mm_tensorcore, "_failed_compiles", set())):
+            patch.start()
+            self.addCleanup(patch.stop)
 
     def test_lowering_compiles_nothing(self):
         # a single choice is compiled with the output module's kernels, in parallel
@@ -105,8 +100,8 @@ class TestTensorCoreMMCompileFailure(TensorCoreMMTestCase):
             self.cuda_code(linear(), *gpu_randn((16, 2048), (4096, 2048), (4096,)), strict=False)
             self.assertEqual(len(failed), 2)
         self.assertEqual(len(logs.records), 1)
-        FileCheck().check("1 template(s), the first addmm of (B, M, N, K) (1, 16, 4096, 4096)").check(
-            NO_BINARY).run(logs.output[0])
+        first = "1 template(s), the first addmm of (B, M, N, K) (1, 16, 4096, 4096)"
+        FileCheck().check(first).check(NO_BINARY).run(logs.output[0])
         FileCheck().check_not("triton_tem_").check("extern_kernels.addmm(").run("\n".join(code))
         stock = self.cuda_code(linear(), *inputs, enabled=False)
         self.assertEqual(comparable(code), comparable(stock))
