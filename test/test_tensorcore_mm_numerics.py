@@ -115,7 +115,10 @@ class TestTensorCoreMMInterpreter(TensorCoreMMTestCase):
             diff = (out.float() - ref.float()).abs()
             ulp = ref.float().abs().clamp_min(2**-14) * 2.0**-10
             self.assertTrue(bool((diff <= ulp).all()), (op, shape, diff.max()))
-            self.assertLessEqual((diff > 0).float().mean().item(), 0.02, (op, shape))
+            # fp32 sums in another order (the CPU reference's BLAS differs between
+            # machines) flip an fp16 rounding now and then: 2% of the elements, or one
+            self.assertLessEqual(int((diff > 0).sum()), max(1, int(0.02 * diff.numel())),
+                                 (op, shape))
 
 
 def emulate(op, inputs, dtype=FP16, rounded=True, matmul=None):
