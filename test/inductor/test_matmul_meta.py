@@ -9,6 +9,7 @@ lowering, wrapper comments, cache keys, logging, fallbacks) by compiling on CPU,
 the CUDA code Inductor generates (``get_code``, which runs nothing); the backward's labels
 on a CUDA GPU.
 """
+
 import logging
 import os
 import re
@@ -17,23 +18,15 @@ import sys
 import tempfile
 from unittest import mock
 
+from functorch.compile import make_boxed_func
+
 import torch
 import torch.nn.functional as F
-from functorch.compile import make_boxed_func
 from torch._dynamo.utils import counters
 from torch._functorch import config as functorch_config
 from torch._functorch.aot_autograd import aot_module_simplified
 from torch._inductor import config as inductor_config
 from torch._inductor.decomposition import select_decomp_table
-from torch._inductor.test_case import run_tests, TestCase
-from torch._inductor.utils import get_code, run_and_get_code
-from torch.testing._internal.common_utils import (
-    instantiate_parametrized_tests,
-    parametrize,
-    recover_orig_fp32_precision,
-)
-from torch.testing._internal.inductor_utils import GPU_TYPE
-from torch.testing._internal.triton_utils import requires_cuda_and_triton
 
 from torch._inductor.fx_passes import matmul_meta
 from torch._inductor.fx_passes.matmul_meta import (
@@ -43,6 +36,15 @@ from torch._inductor.fx_passes.matmul_meta import (
     MatmulMeta,
     recent_matmul_metas,
 )
+from torch._inductor.test_case import run_tests, TestCase
+from torch._inductor.utils import get_code, run_and_get_code
+from torch.testing._internal.common_utils import (
+    instantiate_parametrized_tests,
+    parametrize,
+    recover_orig_fp32_precision,
+)
+from torch.testing._internal.inductor_utils import GPU_TYPE
+from torch.testing._internal.triton_utils import requires_cuda_and_triton
 
 HALF = (torch.bfloat16, torch.float16)
 COMMENT = "matmul_meta:"
@@ -58,7 +60,10 @@ VOLATILE = (
     # hash of the Triton build and ptxas on the machine that compiled
     (re.compile(r"'backend_hash': '[0-9A-F]{64}'"), "'backend_hash': '<backend_hash>'"),
     # a constant's address in the wrapper's comment (freezing's _frozen_param<N>)
-    (re.compile(r"^(\w+ = None  # device\(.*\)) [0-9a-f]{6,}$", re.M), r"\1 <addr>"),
+    (
+        re.compile(r"^(\w+ = None  # device\(.*\)) [0-9a-f]{6,}$", re.MULTILINE),
+        r"\1 <addr>",
+    ),
 )
 
 
@@ -108,8 +113,12 @@ def aten_graphs(fn, *args, backward=True, dynamic=None):
     def backend(gm, example_inputs):
         matmul_meta.annotate_autocast_regions(gm)
         return aot_module_simplified(
-            gm, example_inputs, fw_compiler=make_compiler("forward"),
-            bw_compiler=make_compiler("backward"), decompositions=select_decomp_table())
+            gm,
+            example_inputs,
+            fw_compiler=make_compiler("forward"),
+            bw_compiler=make_compiler("backward"),
+            decompositions=select_decomp_table(),
+        )
 
     torch._dynamo.reset()
     with functorch_config.patch(enable_autograd_cache=False):
@@ -181,7 +190,11 @@ class TestMatmulMetaDetection(MatmulMetaOnly, TestCase):
 
     @staticmethod
     def fallbacks():
-        return {k: v for k, v in counters["inductor"].items() if k.startswith("matmul_meta_fallback")}
+        return {
+            k: v
+            for k, v in counters["inductor"].items()
+            if k.startswith("matmul_meta_fallback")
+        }
 
     def assertAutocast(self, meta, dtype, device="cpu"):
         self.assertIsInstance(meta, MatmulMeta)
@@ -233,7 +246,8 @@ class TestMatmulMetaDetection(MatmulMetaOnly, TestCase):
         self.assertAutocast(by_width[5][0][1], torch.bfloat16)
         # x @ v: 3 wide forward; its backward: grad_x 13 wide, grad_v 3 wide
         disabled = [m for kind, m in by_width[3]] + [
-            m for kind, m in by_width[13] if m.compute_dtypes[0] == torch.float32]
+            m for kind, m in by_width[13] if m.compute_dtypes[0] == torch.float32
+        ]
         self.assertEqual(len(disabled), 3)
         for meta in disabled:
             self.assertNotAutocast(meta, "none", torch.float32)
@@ -261,8 +275,12 @@ class TestMatmulMetaDetection(MatmulMetaOnly, TestCase):
             with torch.autocast("cpu", dtype=torch.bfloat16):
                 return x @ w, i @ j
 
-        args = (cpu_leaf(7, 13, dtype=torch.float64), cpu_leaf(13, 5, dtype=torch.float64),
-                torch.randint(-3, 3, (7, 13)), torch.randint(-3, 3, (13, 5)))
+        args = (
+            cpu_leaf(7, 13, dtype=torch.float64),
+            cpu_leaf(13, 5, dtype=torch.float64),
+            torch.randint(-3, 3, (7, 13)),
+            torch.randint(-3, 3, (13, 5)),
+        )
         found = metas_of(aten_graphs(fn, *args, backward=False))
         # by the matmul's dtype: the graph's order of the two is not Dynamo's contract
         by_dtype = {node.meta["val"].dtype: m for _, node, m in found}
@@ -283,7 +301,9 @@ class TestMatmulMetaDetection(MatmulMetaOnly, TestCase):
             return F.linear(x, w, b)
 
         with torch.autocast("cpu", dtype=dtype):
-            found = metas_of(aten_graphs(fn, cpu_leaf(7, 13), cpu_leaf(5, 13), cpu_leaf(5)))
+            found = metas_of(
+                aten_graphs(fn, cpu_leaf(7, 13), cpu_leaf(5, 13), cpu_leaf(5))
+            )
         self.assertEqual(len(found), 3)
         for _, _, meta in found:
             self.assertAutocast(meta, dtype)
@@ -311,7 +331,9 @@ class TestMatmulMetaDetection(MatmulMetaOnly, TestCase):
                 c = x @ w
             return a, b, c
 
-        graphs = aten_graphs(fn, cpu_leaf(7, 13), cpu_leaf(13, 5), backward=False, dynamic=True)
+        graphs = aten_graphs(
+            fn, cpu_leaf(7, 13), cpu_leaf(13, 5), backward=False, dynamic=True
+        )
         self.assertEqual([kind for kind, _ in graphs].count("forward"), 1)
         a, b, c = (m for _, _, m in metas_of(graphs, "forward"))
         self.assertAutocast(a, torch.bfloat16)
@@ -324,7 +346,9 @@ class TestMatmulMetaDetection(MatmulMetaOnly, TestCase):
 
         def fn(x, w):
             with torch.autocast("cpu", dtype=torch.bfloat16):
-                return torch.utils.checkpoint.checkpoint(block, x, w, use_reentrant=False)
+                return torch.utils.checkpoint.checkpoint(
+                    block, x, w, use_reentrant=False
+                )
 
         found = metas_of(aten_graphs(fn, cpu_leaf(7, 13), cpu_leaf(13, 5)))
         # forward, its recomputation and the two gradient matmuls
@@ -339,17 +363,22 @@ class TestMatmulMetaDetection(MatmulMetaOnly, TestCase):
         # decorator restores their fp32_precision flags)
         for setting, allowed in (("highest", False), ("high", True), ("medium", True)):
             torch.set_float32_matmul_precision(setting)
-            self.assertEqual(matmul_meta._fp32_tensor_core_allowed("cuda"), allowed, setting)
+            self.assertEqual(
+                matmul_meta._fp32_tensor_core_allowed("cuda"), allowed, setting
+            )
             self.assertFalse(matmul_meta._fp32_tensor_core_allowed("cpu"))
 
     def test_cast_source_and_get_matmul_meta(self):
         fn, args, _ = case_linear(torch.bfloat16)
-        (_, gm), = aten_graphs(fn, *args, backward=False)
-        (_, addmm, meta), = metas_of([("forward", gm)])
+        ((_, gm),) = aten_graphs(fn, *args, backward=False)
+        ((_, addmm, meta),) = metas_of([("forward", gm)])
         self.assertIs(get_matmul_meta(addmm), meta)
         # the inputs by their shapes (the order of the graph's placeholders may differ)
-        placeholders = {tuple(n.meta["val"].shape): n
-                        for n in gm.graph.nodes if n.op == "placeholder"}
+        placeholders = {
+            tuple(n.meta["val"].shape): n
+            for n in gm.graph.nodes
+            if n.op == "placeholder"
+        }
         x, w, bias = (placeholders[shape] for shape in ((7, 13), (5, 13), (5,)))
         # cast_source indexes node.args: addmm(bias, x, permute(cast(w)))
         self.assertIs(cast_source(addmm, 0), bias)
@@ -359,8 +388,9 @@ class TestMatmulMetaDetection(MatmulMetaOnly, TestCase):
         self.assertIsNone(cast_source(addmm, 3))
         self.assertIsNone(get_matmul_meta(addmm.args[2]))
         # a stale MatmulMeta of another op (a rewritten node) is not trusted
-        addmm.meta[MATMUL_META_KEY] = MatmulMeta("mm", None, None, "none", (), (), torch.float32,
-                                                 torch.float32, False)
+        addmm.meta[MATMUL_META_KEY] = MatmulMeta(
+            "mm", None, None, "none", (), (), torch.float32, torch.float32, False
+        )
         self.assertEqual(get_matmul_meta(addmm), meta)
 
 
@@ -376,11 +406,15 @@ def comment_lines(code):
     """The matmul_meta comments of each graph's wrapper, graphs separated."""
     graphs = [code] if isinstance(code, str) else code
     return GRAPH_SEPARATOR.join(
-        "\n".join(line.strip() for line in c.splitlines() if COMMENT in line) for c in graphs)
+        "\n".join(line.strip() for line in c.splitlines() if COMMENT in line)
+        for c in graphs
+    )
 
 
 def without_comments(code):
-    return "\n".join(line for line in golden_code(code).splitlines() if COMMENT not in line)
+    return "\n".join(
+        line for line in golden_code(code).splitlines() if COMMENT not in line
+    )
 
 
 def autocast_training_step(x, w, b, y, v):
@@ -391,14 +425,24 @@ def autocast_training_step(x, w, b, y, v):
 
 def training_args():
     torch.manual_seed(0)
-    return (cpu_leaf(21, 13), cpu_leaf(5, 13), cpu_leaf(5), cpu_leaf(3, 7, 4), cpu_leaf(3, 5, 4))
+    return (
+        cpu_leaf(21, 13),
+        cpu_leaf(5, 13),
+        cpu_leaf(5),
+        cpu_leaf(3, 7, 4),
+        cpu_leaf(3, 5, 4),
+    )
 
 
 class TestMatmulMetaInductor(MatmulMetaOnly, TestCase):
     """Hooks, lowering, wrapper comments, cache keys, logs and fallbacks, on CPU."""
 
     def fallbacks(self):
-        return {k: v for k, v in counters["inductor"].items() if k.startswith("matmul_meta_fallback")}
+        return {
+            k: v
+            for k, v in counters["inductor"].items()
+            if k.startswith("matmul_meta_fallback")
+        }
 
     def compile_training(self):
         args = training_args()
@@ -430,8 +474,10 @@ class TestMatmulMetaInductor(MatmulMetaOnly, TestCase):
         for record, c in zip(records, code):
             self.assertEqual(c.count(COMMENT), len(record.metas))
             for meta in record.metas:
-                self.assertEqual((meta.source, meta.autocast_dtype, meta.autocast_device),
-                                 ("autocast", torch.bfloat16, "cpu"))
+                self.assertEqual(
+                    (meta.source, meta.autocast_dtype, meta.autocast_device),
+                    ("autocast", torch.bfloat16, "cpu"),
+                )
                 self.assertIn(f"# {COMMENT} {meta.describe()}", c)
         self.assertEqual(counters["inductor"]["matmul_meta_lowered"], 6)
         self.assertEqual(self.fallbacks(), {})
@@ -462,10 +508,15 @@ class TestMatmulMetaInductor(MatmulMetaOnly, TestCase):
         def plain(x, w):
             return x @ w
 
-        args = (torch.randn(7, 13, dtype=torch.bfloat16), torch.randn(13, 5, dtype=torch.bfloat16))
+        args = (
+            torch.randn(7, 13, dtype=torch.bfloat16),
+            torch.randn(13, 5, dtype=torch.bfloat16),
+        )
         lines = []
-        with (inductor_config.patch(fx_graph_cache=True),
-              functorch_config.patch(enable_autograd_cache=False)):
+        with (
+            inductor_config.patch(fx_graph_cache=True),
+            functorch_config.patch(enable_autograd_cache=False),
+        ):
             for fn in (in_region, plain):
                 torch._dynamo.reset()
                 _, code = run_and_get_code(torch.compile(fn), *args)
@@ -485,7 +536,10 @@ class TestMatmulMetaInductor(MatmulMetaOnly, TestCase):
             with torch.autocast("cpu", dtype=torch.bfloat16):
                 return x @ w
 
-        args = (torch.randn(7, 13, dtype=torch.bfloat16), torch.randn(13, 5, dtype=torch.bfloat16))
+        args = (
+            torch.randn(7, 13, dtype=torch.bfloat16),
+            torch.randn(13, 5, dtype=torch.bfloat16),
+        )
         with inductor_config.patch(pre_grad_custom_pass=user_pass):
             _, code = run_and_get_code(torch.compile(fn), *args)
         self.assertEqual(len(seen), 1)
@@ -494,11 +548,17 @@ class TestMatmulMetaInductor(MatmulMetaOnly, TestCase):
     def test_region_error_falls_back(self):
         fn, args, _ = case_linear(torch.bfloat16)
         args = [a.detach() for a in args]
-        with mock.patch.object(matmul_meta, "_entered", side_effect=RuntimeError("boom")), \
-                mock.patch.dict(os.environ, {"TORCHINDUCTOR_STRICT_FALLBACKS": "0"}):
+        with (
+            mock.patch.object(
+                matmul_meta, "_entered", side_effect=RuntimeError("boom")
+            ),
+            mock.patch.dict(os.environ, {"TORCHINDUCTOR_STRICT_FALLBACKS": "0"}),
+        ):
             out, code = run_and_get_code(torch.compile(fn), *args)
         self.assertEqual(out, fn(*args))
-        self.assertEqual(counters["inductor"]["matmul_meta_fallback:autocast_regions"], 1)
+        self.assertEqual(
+            counters["inductor"]["matmul_meta_fallback:autocast_regions"], 1
+        )
         # no region read: never an autocast claim
         self.assertIn("source=user_cast", comment_lines(code))
         self.assertNotIn("source=autocast", comment_lines(code))
@@ -506,13 +566,19 @@ class TestMatmulMetaInductor(MatmulMetaOnly, TestCase):
     def test_attach_error_falls_back(self):
         fn, _, _ = case_bmm(torch.bfloat16)
         # bf16 operands: no cast kernel, only the extern bmm (a C++ compile costs seconds)
-        args = (torch.randn(3, 7, 13, dtype=torch.bfloat16), torch.randn(3, 13, 5, dtype=torch.bfloat16))
-        with mock.patch.object(matmul_meta, "_record", side_effect=RuntimeError("boom")), \
-                mock.patch.dict(os.environ, {"TORCHINDUCTOR_STRICT_FALLBACKS": "0"}), \
-                self.assertLogs(matmul_meta.log, logging.WARNING) as logs:
+        args = (
+            torch.randn(3, 7, 13, dtype=torch.bfloat16),
+            torch.randn(3, 13, 5, dtype=torch.bfloat16),
+        )
+        with (
+            mock.patch.object(matmul_meta, "_record", side_effect=RuntimeError("boom")),
+            mock.patch.dict(os.environ, {"TORCHINDUCTOR_STRICT_FALLBACKS": "0"}),
+            self.assertLogs(matmul_meta.log, logging.WARNING) as logs,
+        ):
             out, code = run_and_get_code(torch.compile(fn), *args)
         self.assertEqual(out, fn(*args))
-        self.assertEqual(len(logs.records), 2)  # the lowering's attach, the codegen's comment
+        # the lowering's attach, the codegen's comment
+        self.assertEqual(len(logs.records), 2)
         self.assertIn("internal error: RuntimeError: boom", logs.output[0])
         self.assertEqual(counters["inductor"]["matmul_meta_fallback:attach"], 1)
         self.assertEqual(counters["inductor"]["matmul_meta_fallback:comment"], 1)
@@ -524,7 +590,9 @@ class TestMatmulMetaInductor(MatmulMetaOnly, TestCase):
         _, code = run_and_get_code(torch.compile(fn), *args)
         self.assertNotIn(COMMENT, code[0])
         self.assertEqual(recent_matmul_metas(), [])
-        self.assertEqual({k: v for k, v in counters["inductor"].items() if "matmul_meta" in k}, {})
+        self.assertEqual(
+            {k: v for k, v in counters["inductor"].items() if "matmul_meta" in k}, {}
+        )
 
     def test_log_artifact(self):
         fn, args, _ = case_baddbmm(torch.bfloat16)
@@ -537,8 +605,11 @@ class TestMatmulMetaInductor(MatmulMetaOnly, TestCase):
         finally:
             torch._logging.set_logs()
         self.assertEqual(len(logs.output), 1)
-        self.assertIn("inference graph, node baddbmm: baddbmm autocast=bfloat16 autocast_device=cpu "
-                      "source=autocast", logs.output[0])
+        self.assertIn(
+            "inference graph, node baddbmm: baddbmm autocast=bfloat16 autocast_device=cpu "
+            "source=autocast",
+            logs.output[0],
+        )
 
     def test_torch_logs_env(self):
         # a fresh process: TORCH_LOGS is read, and its artifact names checked, when torch is
@@ -559,15 +630,27 @@ class TestMatmulMetaInductor(MatmulMetaOnly, TestCase):
             "torch.compile(f)(x, w)\n"
         )
         with tempfile.TemporaryDirectory() as cache_dir:
-            env = dict(os.environ, TORCH_LOGS="matmul_meta", TORCHINDUCTOR_CACHE_DIR=cache_dir)
-            proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
-                                  text=True, timeout=300)
+            env = dict(
+                os.environ, TORCH_LOGS="matmul_meta", TORCHINDUCTOR_CACHE_DIR=cache_dir
+            )
+            proc = subprocess.run(
+                [sys.executable, "-c", script],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
         self.assertEqual(proc.returncode, 0, proc.stderr)
         if NO_FLAG in proc.stdout.splitlines():
-            self.skipTest("a fresh Python process has no torch._inductor.config."
-                          "autocast_matmul_meta: its torch does not carry this change")
-        self.assertIn("matmul_meta: inference graph, node mm: mm autocast=float16 "
-                      "autocast_device=cpu source=autocast", proc.stderr)
+            self.skipTest(
+                "a fresh Python process has no torch._inductor.config."
+                "autocast_matmul_meta: its torch does not carry this change"
+            )
+        self.assertIn(
+            "matmul_meta: inference graph, node mm: mm autocast=float16 "
+            "autocast_device=cpu source=autocast",
+            proc.stderr,
+        )
 
 
 # ---------------------------------------------------------------------------
@@ -592,7 +675,8 @@ class TestMatmulMetaCUDACodegen(MatmulMetaOnly, TestCase):
         # pad_mm would time padded and unpadded odd-sized matmuls on the device: the
         # code would depend on a benchmark. No cache: each get_code is a fresh compile
         self.codegen_config = inductor_config.patch(
-            shape_padding=False, fx_graph_cache=False, fx_graph_remote_cache=False)
+            shape_padding=False, fx_graph_cache=False, fx_graph_remote_cache=False
+        )
         self.codegen_config.__enter__()
         self.no_autograd_cache = functorch_config.patch(enable_autograd_cache=False)
         self.no_autograd_cache.__enter__()
@@ -604,14 +688,18 @@ class TestMatmulMetaCUDACodegen(MatmulMetaOnly, TestCase):
 
     def test_autocast_linear(self):
         # odd sizes; fp32 x, w, b under bf16 autocast: addmm of the three casts
-        args = (torch.randn(33, 100, device=GPU_TYPE), torch.randn(75, 100, device=GPU_TYPE),
-                torch.randn(75, device=GPU_TYPE))
+        args = (
+            torch.randn(33, 100, device=GPU_TYPE),
+            torch.randn(75, 100, device=GPU_TYPE),
+            torch.randn(75, device=GPU_TYPE),
+        )
         code = cuda_code(autocast_linear, *args)
         self.assertEqual(
             comment_lines(code),
             "# matmul_meta: addmm autocast=bfloat16 autocast_device=cuda source=autocast "
             "in=(float32, float32, float32) compute=(bfloat16, bfloat16, bfloat16) out=bfloat16 "
-            "acc=float32 tensor_core=True")
+            "acc=float32 tensor_core=True",
+        )
         inductor_config.autocast_matmul_meta = False
         torch._dynamo.reset()
         stock = cuda_code(autocast_linear, *args)
@@ -632,15 +720,23 @@ class TestMatmulMetaCUDACodegen(MatmulMetaOnly, TestCase):
             # one output: get_code's stand-in for the compiled module returns nothing
             return torch.cat([a, b.float()], dim=1)
 
-        args = (torch.randn(17, 40, device=GPU_TYPE), torch.randn(40, 24, device=GPU_TYPE),
-                torch.randn(40, 8, device=GPU_TYPE))
+        args = (
+            torch.randn(17, 40, device=GPU_TYPE),
+            torch.randn(40, 24, device=GPU_TYPE),
+            torch.randn(40, 8, device=GPU_TYPE),
+        )
         code = self.cuda_code_at_high_precision(fn, *args)
         self.assertExpected(golden_code(comment_lines(code)))
         lines = comment_lines(code).splitlines()
         self.assertEqual(len(lines), 2)
-        self.assertIn("mm autocast=None autocast_device=None source=none in=(float32, float32) "
-                      "compute=(float32, float32) out=float32 acc=float32 tensor_core=True", lines[0])
-        self.assertIn("mm autocast=float16 autocast_device=cuda source=autocast", lines[1])
+        self.assertIn(
+            "mm autocast=None autocast_device=None source=none in=(float32, float32) "
+            "compute=(float32, float32) out=float32 acc=float32 tensor_core=True",
+            lines[0],
+        )
+        self.assertIn(
+            "mm autocast=float16 autocast_device=cuda source=autocast", lines[1]
+        )
 
 
 # ---------------------------------------------------------------------------
@@ -659,8 +755,10 @@ class TestMatmulMetaGPU(MatmulMetaOnly, TestCase):
             return h, g
 
         torch.manual_seed(0)
-        args = [torch.randn(*s, device="cuda", requires_grad=True)
-                for s in ((33, 100), (75, 100), (75,), (100, 9))]
+        args = [
+            torch.randn(*s, device="cuda", requires_grad=True)
+            for s in ((33, 100), (75, 100), (75,), (100, 9))
+        ]
         ref_args = [a.detach().clone().requires_grad_() for a in args]
 
         def run():
@@ -689,8 +787,10 @@ class TestMatmulMetaGPU(MatmulMetaOnly, TestCase):
         for m in backward.metas:
             if m.source != "autocast":
                 self.assertEqual(m.compute_dtypes[:2], (torch.float32, torch.float32))
-        self.assertEqual(sum(c.count(COMMENT) for c in code),
-                         len(forward.metas) + len(backward.metas))
+        self.assertEqual(
+            sum(c.count(COMMENT) for c in code),
+            len(forward.metas) + len(backward.metas),
+        )
 
 
 instantiate_parametrized_tests(TestMatmulMetaDetection)

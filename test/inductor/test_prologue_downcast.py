@@ -12,6 +12,7 @@ Set up as test_max_autotune.py's TestPrologueFusion (one Triton config, no fusio
 benchmarking), so the fusion decision is the heuristic's alone; the codegen checks use
 ``get_code`` (nothing runs), the values need a GPU.
 """
+
 import re
 from unittest import mock
 
@@ -105,7 +106,9 @@ class TestPrologueDowncast(TestCase):
     @parametrize("M", (65, 256))
     def test_weight_downcast_refused_past_one_tile(self, fn, M):
         # each weight tile would be read, and cast, once per 64 rows or more
-        code = get_code(torch.compile(fn), *self.inputs(fn, M, 128, 256, torch.bfloat16))[0]
+        code = get_code(
+            torch.compile(fn), *self.inputs(fn, M, 128, 256, torch.bfloat16)
+        )[0]
         self.check_kernels(code, 2)
 
     @parametrize("M", (1, 16, 64, 65))
@@ -138,7 +141,7 @@ class TestPrologueDowncast(TestCase):
             torch._dynamo.reset()
             on = get_code(torch.compile(fn), *inputs)[0]
         self.check_kernels(on, 2)
-        pointwise = re.compile(r"def triton_poi\w*\(.*?\n\n", re.S)
+        pointwise = re.compile(r"def triton_poi\w*\(.*?\n\n", re.DOTALL)
         self.assertEqual(len(pointwise.findall(off)), 1)
         self.assertEqual(pointwise.findall(on), pointwise.findall(off))
 
@@ -165,7 +168,9 @@ class TestPrologueDowncast(TestCase):
     @config.patch(prologue_fusion_downcast=False)
     def test_flag_off_keeps_the_refusal(self):
         fn = weight_t_cast
-        code = get_code(torch.compile(fn), *self.inputs(fn, 16, 256, 512, torch.bfloat16))[0]
+        code = get_code(
+            torch.compile(fn), *self.inputs(fn, 16, 256, 512, torch.bfloat16)
+        )[0]
         self.check_kernels(code, 2)
 
     @requires_gpu
@@ -178,7 +183,9 @@ class TestPrologueDowncast(TestCase):
         self.assertEqual(out, fn(x, w), atol=0.05, rtol=0.05)
         # the kernel rounds the fp32 weight to bf16 as the cast kernel does
         w16 = (w if fn is weight_cast else w.t()).to(x.dtype)
-        self.assertEqual(out, (x.double() @ w16.double()).to(out.dtype), atol=0.05, rtol=0.05)
+        self.assertEqual(
+            out, (x.double() @ w16.double()).to(out.dtype), atol=0.05, rtol=0.05
+        )
 
 
 if __name__ == "__main__":

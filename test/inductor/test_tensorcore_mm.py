@@ -6,6 +6,7 @@ given below (whatever GPU runs the tests); the generated CUDA code (``get_code``
 runs nothing: its kernels and their structure) for the H200's plans, on any CUDA GPU with
 sm_80; its values on such a GPU against eager autocast and an fp64 reference.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -21,25 +22,46 @@ import torch._functorch.config as functorch_config
 import torch.nn.functional as F
 from torch._dynamo.utils import counters
 from torch._inductor import config as inductor_config
-from torch._inductor.kernel import mm_tensorcore
-from torch._inductor.kernel import mm_tensorcore_plan as planner
-from torch._inductor.test_case import TestCase, run_tests
+from torch._inductor.kernel import mm_tensorcore, mm_tensorcore_plan as planner
+from torch._inductor.test_case import run_tests, TestCase
 from torch._inductor.utils import get_code, run_and_get_code
 from torch.testing import FileCheck
-from torch.testing._internal.common_utils import instantiate_parametrized_tests, parametrize
-from torch.testing._internal.inductor_utils import GPU_TYPE, HAS_CPU, HAS_CUDA_AND_TRITON
+from torch.testing._internal.common_utils import (
+    instantiate_parametrized_tests,
+    parametrize,
+)
+from torch.testing._internal.inductor_utils import (
+    GPU_TYPE,
+    HAS_CPU,
+    HAS_CUDA_AND_TRITON,
+)
 
 BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
 
 # what three GPUs report (SMs, shared memory, SM clock, DRAM peak = memory clock x bus
 # width): the plans asserted below are these devices', whatever GPU runs the tests
 DEVICE_SPECS = {
-    "h200": planner.DeviceSpec(cc=90, sm_count=132, smem_per_block=232448, sm_clock=1.98e9,
-                                  dram_bw=3.201e9 * 2 * 6016 / 8),
-    "h100": planner.DeviceSpec(cc=90, sm_count=132, smem_per_block=232448, sm_clock=1.98e9,
-                                  dram_bw=2.619e9 * 2 * 5120 / 8),
-    "a100": planner.DeviceSpec(cc=80, sm_count=108, smem_per_block=166912, sm_clock=1.41e9,
-                                  dram_bw=1.593e9 * 2 * 5120 / 8),
+    "h200": planner.DeviceSpec(
+        cc=90,
+        sm_count=132,
+        smem_per_block=232448,
+        sm_clock=1.98e9,
+        dram_bw=3.201e9 * 2 * 6016 / 8,
+    ),
+    "h100": planner.DeviceSpec(
+        cc=90,
+        sm_count=132,
+        smem_per_block=232448,
+        sm_clock=1.98e9,
+        dram_bw=2.619e9 * 2 * 5120 / 8,
+    ),
+    "a100": planner.DeviceSpec(
+        cc=80,
+        sm_count=108,
+        smem_per_block=166912,
+        sm_clock=1.41e9,
+        dram_bw=1.593e9 * 2 * 5120 / 8,
+    ),
 }
 H200 = planner.device_model(DEVICE_SPECS["h200"])
 
@@ -47,7 +69,9 @@ H200 = planner.device_model(DEVICE_SPECS["h200"])
 # codegen tests assert are the H200's (its SM count and measured rates)
 HAS_CUDA_SM80 = HAS_CUDA_AND_TRITON and torch.cuda.get_device_capability() >= (8, 0)
 IS_H200 = HAS_CUDA_AND_TRITON and torch.cuda.get_device_name() == "NVIDIA H200"
-requires_cuda_sm80 = unittest.skipUnless(HAS_CUDA_SM80, "requires a CUDA GPU with sm_80 or later")
+requires_cuda_sm80 = unittest.skipUnless(
+    HAS_CUDA_SM80, "requires a CUDA GPU with sm_80 or later"
+)
 
 
 def plans_as_h200(test):
@@ -58,7 +82,9 @@ def plans_as_h200(test):
             if name.startswith("test") and callable(fn):
                 setattr(test, name, plans_as_h200(fn))
         return test
-    as_h200 = mock.patch.object(mm_tensorcore, "current_device_model", lambda device: H200)
+    as_h200 = mock.patch.object(
+        mm_tensorcore, "current_device_model", lambda device: H200
+    )
     return requires_cuda_sm80(as_h200(test))
 
 
@@ -107,7 +133,11 @@ def matmul_inputs(op, m, n, k, batch=3, seed=0, device="cpu"):
     x = torch.randn(*lead, m, k, generator=g)
     w = torch.randn(*lead, n, k, generator=g) / k**0.5
     if op in ("addmm", "baddbmm"):
-        bias = torch.randn(*lead, m, n, generator=g) if op == "baddbmm" else torch.randn(n, generator=g)
+        bias = (
+            torch.randn(*lead, m, n, generator=g)
+            if op == "baddbmm"
+            else torch.randn(n, generator=g)
+        )
         return [t.to(device) for t in (bias, x, w)]
     return [t.to(device) for t in (x, w)]
 
@@ -126,9 +156,13 @@ def cast_kernels(code: list[str]) -> list[str]:
 
 
 def kernel_source(code: list[str], name: str) -> str:
-    m = re.search(rf"async_compile\.triton\('{name}', '''(.*?)''', device_str='cuda'\)",
-                  "\n".join(code), re.S)
-    assert m is not None, name
+    m = re.search(
+        rf"async_compile\.triton\('{name}', '''(.*?)''', device_str='cuda'\)",
+        "\n".join(code),
+        re.DOTALL,
+    )
+    if m is None:
+        raise AssertionError(f"no kernel {name} in the code")
     return m.group(1)
 
 
@@ -137,7 +171,9 @@ def comparable(code: list[str]) -> str:
     the compile's number, a constant's address (freezing), and the matmul metadata's
     comment lines (there only when the feature is on)."""
     text = re.sub(r"# AOT ID: \['\d+_", "# AOT ID: ['", "\n".join(code))
-    text = re.sub(r"^(\w+ = None  # device\(.*\)) [0-9a-f]{6,}$", r"\1", text, flags=re.M)
+    text = re.sub(
+        r"^(\w+ = None  # device\(.*\)) [0-9a-f]{6,}$", r"\1", text, flags=re.MULTILINE
+    )
     return re.sub(r"\n *# matmul_meta: [^\n]*", "", text)
 
 
@@ -147,8 +183,11 @@ def tolerate_dynamic_outputs():
     from torch._functorch._aot_autograd import runtime_wrappers
 
     mark = runtime_wrappers.mark_dynamo_propagated_dynamic_indices
-    with mock.patch.object(runtime_wrappers, "mark_dynamo_propagated_dynamic_indices",
-                           lambda t, dims: None if t is None else mark(t, dims)):
+    with mock.patch.object(
+        runtime_wrappers,
+        "mark_dynamo_propagated_dynamic_indices",
+        lambda t, dims: None if t is None else mark(t, dims),
+    ):
         yield
 
 
@@ -160,8 +199,10 @@ def tensorcore(on: bool = True):
 @contextlib.contextmanager
 def no_caches():
     """No FX graph or AOTAutograd cache hit: every compile lowers (and counts) anew."""
-    with (inductor_config.patch(fx_graph_cache=False),
-          functorch_config.patch(enable_autograd_cache=False)):
+    with (
+        inductor_config.patch(fx_graph_cache=False),
+        functorch_config.patch(enable_autograd_cache=False),
+    ):
         yield
 
 
@@ -208,7 +249,9 @@ class TensorCoreMMTestCase(TestCase):
                 stack.enter_context(mock.patch.dict(os.environ))
                 os.environ.pop("TORCHINDUCTOR_STRICT_FALLBACKS", None)
             # a graph of extern kernels only comes with an empty kernel module
-            return [c for c in get_code(torch.compile(fn, dynamic=dynamic), *inputs) if c]
+            return [
+                c for c in get_code(torch.compile(fn, dynamic=dynamic), *inputs) if c
+            ]
 
     def compile_and_run(self, fn, *inputs, dynamic=None):
         """(outputs, code) of a fresh compile with the feature on, run on the inputs' device."""
@@ -255,30 +298,43 @@ class TensorCoreMMTestCase(TestCase):
         scale = ref.abs().max().clamp_min(1e-30)
         err = ((actual.double() - ref).abs().max() / scale).item()
         eager_err = ((eager.double() - ref).abs().max() / scale).item()
-        self.assertLessEqual(err, 1.05 * eager_err + 1e-6, f"error {err:.3g}, eager's {eager_err:.3g}")
+        self.assertLessEqual(
+            err, 1.05 * eager_err + 1e-6, f"error {err:.3g}, eager's {eager_err:.3g}"
+        )
 
 
 def linear_problem(m, n, k, x_castable=True, w_castable=True):
     """F.linear of fp32 x, w and bias under autocast, as the cost model sees it."""
     op = planner.Operand
-    return planner.Problem("addmm", 1, m, n, k, op(m * k, True, not x_castable),
-                           op(k * n, True, not w_castable), op(n, True))
+    return planner.Problem(
+        "addmm",
+        1,
+        m,
+        n,
+        k,
+        op(m * k, True, not x_castable),
+        op(k * n, True, not w_castable),
+        op(n, True),
+    )
 
 
 class TestCostModel(TestCase):
     """The plan and configs, from shapes alone: no compile."""
 
     def test_plan_per_shape(self):
-        # H200: at 1024x4096x4096 the weight cast in the kernel, 256x128x64 s3 swap, took
-        # 70.1 us against stock's 88.0; at 2048 134.9 against 138.2 (no clear win: stock)
         T = planner.TileConfig
         decode = T(16, 32, 128, 8, 4, 6)
         expected = {
             (16, 4096, 4096): ("template", True, True, decode),
-            # one 128-row tile streams the fp32 weight once (H200: 34.7 us, 64x64x64 s6 36.3)
+            # one 128-row tile streams the fp32 weight once
             (128, 4096, 4096): ("template", False, True, T(128, 32, 128, 8, 4, 4)),
             # several thin tiles an SM: a shallower pipeline (16x4096: one tile an SM)
-            (16, 11008, 4096): ("template", True, True, dataclasses.replace(decode, num_stages=3)),
+            (16, 11008, 4096): (
+                "template",
+                True,
+                True,
+                dataclasses.replace(decode, num_stages=3),
+            ),
             (16, 4096, 11008): ("template", True, True, decode),
             # tiles that re-read the operands: stock (max-autotune's 256x128x64 s3 swap)
             (1024, 4096, 4096): ("stock", False, False, None),
@@ -290,7 +346,8 @@ class TestCostModel(TestCase):
         for mnk, want in expected.items():
             plan = planner.plan(linear_problem(*mnk), H200)
             got = (plan.path, plan.fused_a, plan.fused_b, plan.config)
-            if plan.path == "stock":  # a stock plan to measure names the template to time
+            # a stock plan to measure names the template to time
+            if plan.path == "stock":
                 got = ("stock", False, False, None)
             self.assertEqual(got, want, (mnk, plan.describe()))
             if plan.path == "template":  # the bias cast in its epilogue, as autocast's
@@ -319,9 +376,14 @@ class TestCostModel(TestCase):
                 self.assertTrue(configs, (gpu, m, fused))
                 for cfg in configs:
                     size = lambda f: 4 if f else 2  # noqa: E731
-                    self.assertLessEqual(cfg.smem_bytes(size(fused[0]), size(fused[1])),
-                                         dev.smem_per_block, (gpu, m, fused, cfg))
-                    self.assertGreaterEqual(min(cfg.BLOCK_M, cfg.BLOCK_N, cfg.BLOCK_K), 16)
+                    self.assertLessEqual(
+                        cfg.smem_bytes(size(fused[0]), size(fused[1])),
+                        dev.smem_per_block,
+                        (gpu, m, fused, cfg),
+                    )
+                    self.assertGreaterEqual(
+                        min(cfg.BLOCK_M, cfg.BLOCK_N, cfg.BLOCK_K), 16
+                    )
 
     @requires_cuda_sm80
     def test_model_of_this_device(self):
@@ -335,14 +397,19 @@ class TestCostModel(TestCase):
 
     def test_models_scale_with_the_device(self):
         h100 = planner.device_model(DEVICE_SPECS["h100"])
-        self.assertAlmostEqual(H200.copy_bw / h100.copy_bw, 6016 * 3.201 / (5120 * 2.619))
-        self.assertEqual(H200.mm_flops, h100.mm_flops)  # same SMs, clock and architecture
+        self.assertAlmostEqual(
+            H200.copy_bw / h100.copy_bw, 6016 * 3.201 / (5120 * 2.619)
+        )
+        # same SMs, clock and architecture
+        self.assertEqual(H200.mm_flops, h100.mm_flops)
         a100 = planner.device_model(DEVICE_SPECS["a100"])
         self.assertLess(a100.mm_flops, H200.mm_flops / 3)
         # none before bf16 tensor cores (sm_80), nor without a memory clock
         t4 = dataclasses.replace(DEVICE_SPECS["a100"], cc=75)
         self.assertIsNone(planner.device_model(t4))
-        self.assertIsNone(planner.device_model(dataclasses.replace(t4, cc=90, dram_bw=0)))
+        self.assertIsNone(
+            planner.device_model(dataclasses.replace(t4, cc=90, dram_bw=0))
+        )
 
 
 @plans_as_h200
@@ -356,12 +423,14 @@ class TestTensorCoreMMCodegen(TensorCoreMMTestCase):
             with torch.autocast("cuda", dtype=torch.bfloat16):
                 return F.gelu(F.linear(x, w, b), approximate="tanh") + r
 
-        code = self.cuda_code(fn, *gpu_randn((16, 4096), (4096, 4096), (4096,), (16, 4096)))
+        code = self.cuda_code(
+            fn, *gpu_randn((16, 4096), (4096, 4096), (4096,), (16, 4096))
+        )
         self.assertTemplate(code)
 
     def test_prefill(self):
         # M=128: the weight and bias cast in the template; x by its own kernel, since
-        # the 64 column tiles re-read it (cheaper in bf16: H200 36.6 us vs 42.3 us)
+        # the 64 column tiles re-read it (cheaper in bf16)
         def fn(x, w, b):
             with torch.autocast("cuda", dtype=torch.bfloat16):
                 return F.relu(F.linear(x, w, b)) * 2.0
@@ -390,34 +459,47 @@ class TestTensorCoreMMCodegen(TensorCoreMMTestCase):
         code = self.cuda_code(fn, *gpu_randn((16, 512), (256, 512), (256,)))
         self.assertTemplate(code)
         src = kernel_source(code, template_kernels(code)[0])
-        m = re.search(r"(tmp\d+) = acc \+ (tmp\d+)\n\s+(tmp\d+) = \1\.to\(tl\.bfloat16\)\n"
-                      r"\s+(tmp\d+) = \3\.to\(tl\.float32\)\n", src)
+        m = re.search(
+            r"(tmp\d+) = acc \+ (tmp\d+)\n\s+(tmp\d+) = \1\.to\(tl\.bfloat16\)\n"
+            r"\s+(tmp\d+) = \3\.to\(tl\.float32\)\n",
+            src,
+        )
         self.assertIsNotNone(m, src)
         # the bias as autocast casts it: rounded to bf16 first
         self.assertRegex(src, rf"{m.group(2)} = tmp\d+\.to\(tl\.float32\)")
-        tail = src[m.end():]
+        tail = src[m.end() :]
         self.assertNotIn("acc", tail, "an epilogue reads the unrounded accumulator")
-        FileCheck().check(f"{m.group(4)}").check("libdevice.erf").check("tl.store").run(tail)
+        FileCheck().check(f"{m.group(4)}").check("libdevice.erf").check("tl.store").run(
+            tail
+        )
 
     @parametrize("op", ["mm", "addmm"])
     @parametrize("dtype", [BF16, FP16], name_fn=dtype_name)
     def test_ops(self, op, dtype):
-        code = self.cuda_code(matmul_op(op, dtype), *matmul_inputs(op, 16, 64, 96, device=GPU_TYPE))
+        code = self.cuda_code(
+            matmul_op(op, dtype), *matmul_inputs(op, 16, 64, 96, device=GPU_TYPE)
+        )
         self.assertTemplate(code)
         src = kernel_source(code, template_kernels(code)[0])
         self.assertIn(f"DOT_DTYPE : tl.constexpr = tl.{dtype_name(dtype)}", src)
         if op == "addmm":  # alpha and beta in the epilogue, before the rounding
             FileCheck().check("tl.full([1], 2.0").check("= acc * ").check(
-                "tl.full([1], 0.5").check(f".to(tl.{dtype_name(dtype)})").run(src)
+                "tl.full([1], 0.5"
+            ).check(f".to(tl.{dtype_name(dtype)})").run(src)
 
-    @parametrize("mnk", [(2, 4096, 4096), (37, 1001, 999), (5, 17, 33), (64, 8, 7)],
-                 name_fn=lambda mnk: "x".join(map(str, mnk)))
+    @parametrize(
+        "mnk",
+        [(2, 4096, 4096), (37, 1001, 999), (5, 17, 33), (64, 8, 7)],
+        name_fn=lambda mnk: "x".join(map(str, mnk)),
+    )
     def test_odd_shapes(self, mnk):
         m, n, k = mnk
         code = self.cuda_code(linear(), *gpu_randn((m, k), (n, k), (n,)))
         self.assertTemplate(code)
         src = kernel_source(code, template_kernels(code)[0])
-        even_k = k % int(re.search(r"BLOCK_K : tl.constexpr = (\d+)", src).group(1)) == 0
+        even_k = (
+            k % int(re.search(r"BLOCK_K : tl.constexpr = (\d+)", src).group(1)) == 0
+        )
         self.assertIn(f"EVEN_K : tl.constexpr = {even_k}", src)
         if not even_k:
             self.assertIn("mask=a_mask", src)
@@ -453,6 +535,7 @@ class TestTensorCoreMMCodegen(TensorCoreMMTestCase):
         self.assertEqual(len(template_kernels(code)), 1)
         self.assertIn("'arg_A': '*bf16', 'arg_B': '*fp32'", "\n".join(code))
 
+
 class TestTensorCoreMMFallback(TensorCoreMMTestCase):
     """Everything the template does not take goes to the stock lowering, counted."""
 
@@ -464,16 +547,31 @@ class TestTensorCoreMMFallback(TensorCoreMMTestCase):
         # alpha=0 the product: stock does that
         def scaled(c, x, w):
             with torch.autocast("cuda", dtype=torch.bfloat16):
-                return torch.addmm(c, x, w.t(), beta=0.0) + torch.addmm(c, x, w.t(), alpha=0.0)
+                return torch.addmm(c, x, w.t(), beta=0.0) + torch.addmm(
+                    c, x, w.t(), alpha=0.0
+                )
 
         fn, inputs, counter = {
-            "fp64": (linear(), gpu_randn((16, 64), (32, 64), dtype=torch.float64),
-                     "fallback:dtype:float64"),
-            "int64": (linear(), [torch.randint(0, 9, s, device=GPU_TYPE)
-                                 for s in ((16, 64), (32, 64))], "fallback:dtype:int64"),
-            "bf16": (linear(), gpu_randn((16, 64), (32, 64), dtype=BF16), "stock:no_fp32_operand"),
-            "zero_alpha_beta": (scaled, gpu_randn((16, 32), (16, 64), (32, 64)),
-                                "fallback:arguments"),
+            "fp64": (
+                linear(),
+                gpu_randn((16, 64), (32, 64), dtype=torch.float64),
+                "fallback:dtype:float64",
+            ),
+            "int64": (
+                linear(),
+                [torch.randint(0, 9, s, device=GPU_TYPE) for s in ((16, 64), (32, 64))],
+                "fallback:dtype:int64",
+            ),
+            "bf16": (
+                linear(),
+                gpu_randn((16, 64), (32, 64), dtype=BF16),
+                "stock:no_fp32_operand",
+            ),
+            "zero_alpha_beta": (
+                scaled,
+                gpu_randn((16, 32), (16, 64), (32, 64)),
+                "fallback:arguments",
+            ),
         }[case]
         code = self.cuda_code(fn, *inputs)
         self.assertStock(code, f"tensorcore_mm_{counter}")
@@ -483,10 +581,13 @@ class TestTensorCoreMMFallback(TensorCoreMMTestCase):
     @requires_cuda_sm80
     def test_fp32_outside_autocast(self):
         # stock path: TF32 exactly as torch.backends.cuda.matmul allows
-        code = self.cuda_code(lambda x, w: F.linear(x, w), *gpu_randn((16, 64), (32, 64)))
+        code = self.cuda_code(
+            lambda x, w: F.linear(x, w), *gpu_randn((16, 64), (32, 64))
+        )
         self.assertStock(code, "tensorcore_mm_fallback:not_autocast")
-        stock = self.cuda_code(lambda x, w: F.linear(x, w), *gpu_randn((16, 64), (32, 64)),
-                               enabled=False)
+        stock = self.cuda_code(
+            lambda x, w: F.linear(x, w), *gpu_randn((16, 64), (32, 64)), enabled=False
+        )
         self.assertEqual(comparable(code), comparable(stock))
 
     @unittest.skipIf(not HAS_CPU, "requires C++ compiler")
@@ -500,7 +601,9 @@ class TestTensorCoreMMFallback(TensorCoreMMTestCase):
         with tensorcore(True), inductor_config.patch(fx_graph_cache=False):
             out = torch.compile(fn)(x, w)
         self.assertEqual(self.counts["tensorcore_mm_template"], 0)
-        self.assertGreaterEqual(self.counts["tensorcore_mm_fallback:device:cpu"], 1, dict(self.counts))
+        self.assertGreaterEqual(
+            self.counts["tensorcore_mm_fallback:device:cpu"], 1, dict(self.counts)
+        )
         self.assertEqual(out, fn(x, w))
 
     @requires_cuda_sm80
@@ -515,27 +618,35 @@ class TestTensorCoreMMFallback(TensorCoreMMTestCase):
         self.assertEqual(len(logs.records), 1)
         self.assertIn("internal error: RuntimeError: boom", logs.output[0])
         self.assertStock(code, "tensorcore_mm_fallback:internal_error")
-        self.assertEqual(comparable(code), comparable(self.cuda_code(linear(), *inputs, enabled=False)))
+        self.assertEqual(
+            comparable(code),
+            comparable(self.cuda_code(linear(), *inputs, enabled=False)),
+        )
 
     @requires_cuda_sm80
     def test_decisions_log_to_their_artifact(self):
-        torch._logging.set_logs(modules={"tensorcore_mm": True})  # a registered artifact
+        # a registered artifact
+        torch._logging.set_logs(modules={"tensorcore_mm": True})
         self.addCleanup(torch._logging.set_logs)
         with self.assertLogs(mm_tensorcore.__name__, level="DEBUG") as logs:
             self.cuda_code(linear(), *gpu_randn((16, 4096), (4096, 4096), (4096,)))
-        FileCheck().check("(1, 16, 4096, 4096)").check("template (predicted faster)").check(
-            "predicted stock=").run("\n".join(logs.output))
+        FileCheck().check("(1, 16, 4096, 4096)").check(
+            "template (predicted faster)"
+        ).check("predicted stock=").run("\n".join(logs.output))
 
     @requires_cuda_sm80
     def test_config_exceeding_shared_memory(self):
         small = dataclasses.replace(H200, smem_per_block=8 * 1024)
-        with mock.patch.object(mm_tensorcore, "current_device_model", return_value=small):
+        with mock.patch.object(
+            mm_tensorcore, "current_device_model", return_value=small
+        ):
             code = self.cuda_code(linear(), *gpu_randn((16, 4096), (4096, 4096)))
         self.assertStock(code, "tensorcore_mm_fallback:smem")
         self.assertEqual(len(cast_kernels(code)), 2)
 
 
 # ---------------------------------------------------------------------------- GPU
+
 
 class TestTensorCoreMMGPU(TensorCoreMMTestCase):
     """On a CUDA GPU: values against eager autocast and an fp64 reference; on an H200,
@@ -545,22 +656,36 @@ class TestTensorCoreMMGPU(TensorCoreMMTestCase):
     @parametrize("op", ["mm", "addmm"])
     @parametrize("dtype", [BF16, FP16], name_fn=dtype_name)
     # the last: few column tiles for the SMs
-    @parametrize("mnk", [(2, 4096, 4096), (3, 1001, 999), (16, 4096, 4096), (37, 1001, 999),
-                         (128, 256, 136), (200, 96, 4095), (16, 1024, 4096)],
-                 name_fn=lambda mnk: "x".join(map(str, mnk)))
+    @parametrize(
+        "mnk",
+        [
+            (2, 4096, 4096),
+            (3, 1001, 999),
+            (16, 4096, 4096),
+            (37, 1001, 999),
+            (128, 256, 136),
+            (200, 96, 4095),
+            (16, 1024, 4096),
+        ],
+        name_fn=lambda mnk: "x".join(map(str, mnk)),
+    )
     def test_values(self, op, dtype, mnk):
         # each shape takes the template (200x96x4095 with split K)
         self.assertPathOnH200(self.compile_values(op, dtype, mnk))
 
     @requires_cuda_sm80
-    @parametrize("mnk", [(16, 4096, 4096), (37, 1001, 999)],
-                 name_fn=lambda mnk: "x".join(map(str, mnk)))
+    @parametrize(
+        "mnk",
+        [(16, 4096, 4096), (37, 1001, 999)],
+        name_fn=lambda mnk: "x".join(map(str, mnk)),
+    )
     def test_user_written_casts_values(self, mnk):
         m, n, k = mnk
         inputs = gpu_randn((m, k), (n, k), (n,))
         out, code = self.compile_and_run(user_cast_linear, *inputs)
-        self.assertLikeEager(out, user_cast_linear, inputs,
-                             lambda x, w, b: x @ w.t() + b, BF16)
+        self.assertLikeEager(
+            out, user_cast_linear, inputs, lambda x, w, b: x @ w.t() + b, BF16
+        )
 
     @requires_cuda_sm80
     def test_fused_epilogue_values(self):
@@ -580,8 +705,9 @@ class TestTensorCoreMMGPU(TensorCoreMMTestCase):
     def test_training(self, dtype):
         # forward and backward of an MLP with fp32 parameters under autocast
         torch.manual_seed(0)
-        model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.GELU(),
-                                    torch.nn.Linear(512, 256)).to(GPU_TYPE)
+        model = torch.nn.Sequential(
+            torch.nn.Linear(256, 512), torch.nn.GELU(), torch.nn.Linear(512, 256)
+        ).to(GPU_TYPE)
         x = torch.randn(16, 256, device=GPU_TYPE, requires_grad=True)
 
         def step(m, inp):
@@ -598,7 +724,9 @@ class TestTensorCoreMMGPU(TensorCoreMMTestCase):
         with tensorcore(True):
             out = step(torch.compile(model), x)
         torch.testing.assert_close(out, eager_out, atol=2e-2, rtol=2e-2)
-        for got, want in zip([p.grad for p in model.parameters()] + [x.grad], eager_grads):
+        for got, want in zip(
+            [p.grad for p in model.parameters()] + [x.grad], eager_grads
+        ):
             torch.testing.assert_close(got, want, atol=2e-2, rtol=5e-2)
 
 

@@ -6,6 +6,7 @@ inputs) are autotuned with the plan's own config.
 The configs as plain Python for three GPUs' properties; the choices for an H200's
 plan (nothing run); on any CUDA GPU with sm_80, a template that fails to load.
 """
+
 from __future__ import annotations
 
 from unittest import mock
@@ -13,23 +14,41 @@ from unittest import mock
 import torch
 import torch.nn.functional as F
 from torch._inductor import config as inductor_config
-from torch._inductor.kernel import mm_tensorcore
-from torch._inductor.kernel import mm_tensorcore_plan as planner
+from torch._inductor.kernel import mm_tensorcore, mm_tensorcore_plan as planner
 from torch._inductor.test_case import run_tests, TestCase
 from torch.testing import FileCheck
-from torch.testing._internal.common_utils import instantiate_parametrized_tests, parametrize
+from torch.testing._internal.common_utils import (
+    instantiate_parametrized_tests,
+    parametrize,
+)
 
 
 try:
     from .test_tensorcore_mm import (
-        BF16, DEVICE_SPECS, TensorCoreMMTestCase, gpu_randn, kernel_source, linear,
-        linear_problem, plans_as_h200, requires_cuda_sm80, template_kernels,
+        BF16,
+        DEVICE_SPECS,
+        gpu_randn,
+        kernel_source,
+        linear,
+        linear_problem,
+        plans_as_h200,
+        requires_cuda_sm80,
+        template_kernels,
+        TensorCoreMMTestCase,
     )
     from .test_tensorcore_mm_fallback import no_template_binary
 except ImportError:
     from test_tensorcore_mm import (
-        BF16, DEVICE_SPECS, TensorCoreMMTestCase, gpu_randn, kernel_source, linear,
-        linear_problem, plans_as_h200, requires_cuda_sm80, template_kernels,
+        BF16,
+        DEVICE_SPECS,
+        gpu_randn,
+        kernel_source,
+        linear,
+        linear_problem,
+        plans_as_h200,
+        requires_cuda_sm80,
+        template_kernels,
+        TensorCoreMMTestCase,
     )
     from test_tensorcore_mm_fallback import no_template_binary
 
@@ -45,8 +64,11 @@ class TestAutotuneConfigs(TestCase):
                 self.assertGreater(len(configs), 1, (gpu, m, fused))
                 for cfg in configs:
                     size = lambda f: 4 if f else 2  # noqa: E731
-                    self.assertLessEqual(cfg.smem_bytes(size(fused[0]), size(fused[1])),
-                                         dev.smem_per_block, (gpu, m, fused, cfg))
+                    self.assertLessEqual(
+                        cfg.smem_bytes(size(fused[0]), size(fused[1])),
+                        dev.smem_per_block,
+                        (gpu, m, fused, cfg),
+                    )
 
     def test_compute_bound_configs(self):
         # only the weight cast in the kernel: SWAP_AB makes it wgmma's register operand,
@@ -59,11 +81,20 @@ class TestAutotuneConfigs(TestCase):
         self.assertEqual(exhaustive[0], cfg)
         self.assertIn(False, {c.SWAP_AB for c in exhaustive})
         # the activation cast too: A stays the register operand
-        self.assertFalse(any(c.SWAP_AB for c in planner.select_configs(p, dev, True, True)))
+        self.assertFalse(
+            any(c.SWAP_AB for c in planner.select_configs(p, dev, True, True))
+        )
 
 
-SWAP = dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=32, GROUP_M=8, num_warps=4, num_stages=3,
-            SWAP_AB=True)
+SWAP = dict(
+    BLOCK_M=16,
+    BLOCK_N=64,
+    BLOCK_K=32,
+    GROUP_M=8,
+    num_warps=4,
+    num_stages=3,
+    SWAP_AB=True,
+)
 
 
 class TestTensorCoreMMAutotune(TensorCoreMMTestCase):
@@ -78,13 +109,19 @@ class TestTensorCoreMMAutotune(TensorCoreMMTestCase):
             seen.append(list(choices))
             return choices[0].output_node(), choices[0]
 
-        with (inductor_config.patch(max_autotune=True, max_autotune_gemm_backends="TRITON"),
-              mock.patch.object(mm_tensorcore, "autotune_select_algorithm", pick_first)):
+        with (
+            inductor_config.patch(
+                max_autotune=True, max_autotune_gemm_backends="TRITON"
+            ),
+            mock.patch.object(mm_tensorcore, "autotune_select_algorithm", pick_first),
+        ):
             self.cuda_code(linear(), *gpu_randn((16, 512), (256, 512), (256,)))
         (choices,) = seen
         templates = [c for c in choices if isinstance(c, TritonTemplateCaller)]
         self.assertGreater(len(templates), 1)
-        self.assertTrue(all(c.name.startswith("triton_tensorcore_mm") for c in templates))
+        self.assertTrue(
+            all(c.name.startswith("triton_tensorcore_mm") for c in templates)
+        )
         self.assertEqual(sum(isinstance(c, SubgraphChoiceCaller) for c in choices), 1)
 
     @plans_as_h200
@@ -94,15 +131,21 @@ class TestTensorCoreMMAutotune(TensorCoreMMTestCase):
         code = self.cuda_code(linear(), *gpu_randn((16, 512), (256, 512), (256,)))
         self.assertTemplate(code)
         src = kernel_source(code, template_kernels(code)[0])
-        FileCheck().check("SWAP_AB : tl.constexpr = True").check("tl.dot(b.to(").run(src)
+        FileCheck().check("SWAP_AB : tl.constexpr = True").check("tl.dot(b.to(").run(
+            src
+        )
 
     @requires_cuda_sm80
-    @inductor_config.patch(tensorcore_mm_force_config=SWAP, tensorcore_mm_force_path="template")
+    @inductor_config.patch(
+        tensorcore_mm_force_config=SWAP, tensorcore_mm_force_path="template"
+    )
     def test_swap_ab_values(self):
         x, w, b = gpu_randn((37, 999), (1001, 999), (1001,))
         out, code = self.compile_and_run(linear(), x, w, b)
         self.assertEqual(len(template_kernels(code)), 1)
-        self.assertLikeEager(out, linear(), (x, w, b), lambda x, w, b: x @ w.t() + b, BF16)
+        self.assertLikeEager(
+            out, linear(), (x, w, b), lambda x, w, b: x @ w.t() + b, BF16
+        )
 
     @requires_cuda_sm80
     @parametrize("benchmark_epilogue_fusion", [False, True])
@@ -113,9 +156,14 @@ class TestTensorCoreMMAutotune(TensorCoreMMTestCase):
                 return F.relu(F.linear(x, w, b))  # an epilogue to fuse and benchmark
 
         x, w, b = gpu_randn((16, 512), (256, 512), (256,))
-        with (inductor_config.patch(max_autotune=True, max_autotune_gemm_backends="TRITON",
-                                    benchmark_epilogue_fusion=benchmark_epilogue_fusion),
-              no_template_binary() as refused):
+        with (
+            inductor_config.patch(
+                max_autotune=True,
+                max_autotune_gemm_backends="TRITON",
+                benchmark_epilogue_fusion=benchmark_epilogue_fusion,
+            ),
+            no_template_binary() as refused,
+        ):
             out, code = self.compile_and_run(fn, x, w, b)
         self.assertTrue(refused)
         self.assertEqual(template_kernels(code), [])

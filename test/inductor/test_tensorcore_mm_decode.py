@@ -5,6 +5,7 @@
 As test_tensorcore_mm.py: the plans as plain Python for the H200's properties, the
 generated CUDA code for the H200's plans and values, on any CUDA GPU with sm_80.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -16,31 +17,65 @@ from torch._inductor import config as inductor_config
 from torch._inductor.kernel import mm_tensorcore_plan as planner
 from torch._inductor.test_case import run_tests, TestCase
 from torch.testing import FileCheck
-from torch.testing._internal.common_utils import instantiate_parametrized_tests, parametrize
+from torch.testing._internal.common_utils import (
+    instantiate_parametrized_tests,
+    parametrize,
+)
 from torch.testing._internal.inductor_utils import GPU_TYPE
 
 
 try:
     from .test_tensorcore_mm import (
-        BF16, FP16, H200, IS_H200, TensorCoreMMTestCase, cast_kernels, comparable, dtype_name,
-        gpu_randn, kernel_source, linear, linear_problem, matmul_inputs, matmul_op,
-        plans_as_h200, requires_cuda_sm80, template_kernels,
+        BF16,
+        cast_kernels,
+        comparable,
+        dtype_name,
+        FP16,
+        gpu_randn,
+        H200,
+        IS_H200,
+        kernel_source,
+        linear,
+        linear_problem,
+        matmul_inputs,
+        matmul_op,
+        plans_as_h200,
+        requires_cuda_sm80,
+        template_kernels,
+        TensorCoreMMTestCase,
     )
 except ImportError:
     from test_tensorcore_mm import (
-        BF16, FP16, H200, IS_H200, TensorCoreMMTestCase, cast_kernels, comparable, dtype_name,
-        gpu_randn, kernel_source, linear, linear_problem, matmul_inputs, matmul_op,
-        plans_as_h200, requires_cuda_sm80, template_kernels,
+        BF16,
+        cast_kernels,
+        comparable,
+        dtype_name,
+        FP16,
+        gpu_randn,
+        H200,
+        IS_H200,
+        kernel_source,
+        linear,
+        linear_problem,
+        matmul_inputs,
+        matmul_op,
+        plans_as_h200,
+        requires_cuda_sm80,
+        template_kernels,
+        TensorCoreMMTestCase,
     )
 
 
 class TestGemvPlan(TestCase):
     """The plan for one row, from shapes alone: no compile."""
 
-    @parametrize("mnk", [(1, 4096, 4096), (1, 11008, 4096), (1, 4096, 11008)],
-                 name_fn=lambda mnk: "x".join(map(str, mnk)))
+    @parametrize(
+        "mnk",
+        [(1, 4096, 4096), (1, 11008, 4096), (1, 4096, 11008)],
+        name_fn=lambda mnk: "x".join(map(str, mnk)),
+    )
     def test_one_row_takes_gemv(self, mnk):
-        # H200, 1x4096x4096: the reduction took 22.0 us, the template 29.5, stock 47.3
+        # one row: a reduction over K reads each operand once, no MMA tile a sixteenth full
         plan = planner.plan(linear_problem(*mnk), H200)
         self.assertEqual(plan.path, "gemv", plan.describe())
         preds = {q.label: q.seconds for q in plan.predictions}
@@ -66,8 +101,9 @@ class TestTensorCoreMMGemvCodegen(TensorCoreMMTestCase):
         (name,) = re.findall(r"(triton_red_fused_\w+?_\d+)\.run\(", "\n".join(code))
         src = kernel_source(code, name)
         self.assertNotRegex("\n".join(code), r"extern_kernels\.\w+\(")
-        FileCheck().check("tl.load").check(".to(tl.bfloat16)").check(".to(tl.float32)").check(
-            "tl.sum").check(".to(tl.bfloat16)").check("tl.store").run(src)
+        FileCheck().check("tl.load").check(".to(tl.bfloat16)").check(
+            ".to(tl.float32)"
+        ).check("tl.sum").check(".to(tl.bfloat16)").check("tl.store").run(src)
 
     def test_gemv_after_a_norm(self):
         # x from a norm (its bf16 copy comes out of the norm's kernel): the reduction reads
@@ -80,10 +116,16 @@ class TestTensorCoreMMGemvCodegen(TensorCoreMMTestCase):
         code = self.cuda_code(fn, *gpu_randn((1, 1280), (1280,), (50257, 1280)))
         self.assertEqual(self.counts["tensorcore_mm_gemv"], 1, dict(self.counts))
         reductions = re.findall(r"(triton_\w+?_\d+)\.run\(", "\n".join(code))
-        gemv = [k for k in reductions if "rsqrt" not in kernel_source(code, k)
-                and "tl.sum" in kernel_source(code, k) and "50257" in kernel_source(code, k)]
+        gemv = [
+            k
+            for k in reductions
+            if "rsqrt" not in kernel_source(code, k)
+            and "tl.sum" in kernel_source(code, k)
+            and "50257" in kernel_source(code, k)
+        ]
         self.assertEqual(len(gemv), 1, reductions)
-        self.assertNotIn("rsqrt", kernel_source(code, gemv[0]))  # the norm ran before it
+        # the norm ran before it
+        self.assertNotIn("rsqrt", kernel_source(code, gemv[0]))
 
     def test_one_row_of_a_row_major_weight(self):
         # Conv1D's [K, N] weight: the reduction reads it across rows, N contiguous
@@ -113,8 +155,11 @@ class TestTensorCoreMMGemvGPU(TensorCoreMMTestCase):
     @requires_cuda_sm80
     @parametrize("op", ["mm", "addmm", "bmm", "baddbmm"])
     @parametrize("dtype", [BF16, FP16], name_fn=dtype_name)
-    @parametrize("mnk", [(1, 4096, 4096), (1, 1001, 999)],
-                 name_fn=lambda mnk: "x".join(map(str, mnk)))
+    @parametrize(
+        "mnk",
+        [(1, 4096, 4096), (1, 1001, 999)],
+        name_fn=lambda mnk: "x".join(map(str, mnk)),
+    )
     def test_values(self, op, dtype, mnk):
         code = self.compile_values(op, dtype, mnk)
         if not IS_H200:
@@ -150,7 +195,8 @@ def under_bf16_autocast(mod, x):
 def constant_args(code, kernel):
     """The arguments of ``kernel``'s launch in the wrapper."""
     m = re.search(rf"{kernel}\.run\(([^)]*)\)", "\n".join(code))
-    assert m is not None, kernel
+    if m is None:
+        raise AssertionError(f"no launch of {kernel} in the code")
     return [a.strip() for a in m.group(1).split(",")]
 
 
@@ -175,13 +221,19 @@ class TestTensorCoreMMFreezing(TensorCoreMMTestCase):
         for i in frozen:  # each frozen constant is read as bf16
             self.assertEqual(types[i][1], "*bf16", (args[i], types))
         # the fp32 parameters are not arguments of the graph
-        self.assertNotRegex("\n".join(code), r"_frozen_param\d+ = None  # [^\n]*torch\.float32 \((4096|14336), ")
+        self.assertNotRegex(
+            "\n".join(code),
+            r"_frozen_param\d+ = None  # [^\n]*torch\.float32 \((4096|14336), ",
+        )
 
     @plans_as_h200
     def test_frozen_decode(self):
         # M=16, 4096x4096: one template kernel reads the fp32 x (cast in registers), the
         # bf16 weight and bias constants freezing folded; no cast kernel, no cuBLAS call
-        code = self.frozen_code(frozen_linear(4096, 4096).to(GPU_TYPE), torch.randn(16, 4096, device=GPU_TYPE))
+        code = self.frozen_code(
+            frozen_linear(4096, 4096).to(GPU_TYPE),
+            torch.randn(16, 4096, device=GPU_TYPE),
+        )
         self.assertTemplate(code)
         self.assertEqual(self.counts["tensorcore_mm_template_frozen"], 1)
         (kernel,) = template_kernels(code)
@@ -191,22 +243,31 @@ class TestTensorCoreMMFreezing(TensorCoreMMTestCase):
     @plans_as_h200
     def test_frozen_gemv(self):
         # M=1: the gemv reduction over K reads the bf16 weight constant (K contiguous)
-        code = self.frozen_code(frozen_linear(4096, 4096).to(GPU_TYPE), torch.randn(1, 4096, device=GPU_TYPE))
+        code = self.frozen_code(
+            frozen_linear(4096, 4096).to(GPU_TYPE),
+            torch.randn(1, 4096, device=GPU_TYPE),
+        )
         self.assertEqual(self.counts["tensorcore_mm_gemv_frozen"], 1, dict(self.counts))
         self.assertEqual(template_kernels(code) + cast_kernels(code), [])
         (kernel,) = re.findall(r"(triton_red_fused_\w+?_\d+)\.run\(", "\n".join(code))
         self.assertReadsBf16Constants(code, kernel)
         # x (fp32) rounded to bf16 in registers; the weight loaded as bf16, then fp32 sums
         FileCheck().check("tl.load(in_ptr0").check("tl.load(in_ptr1").check(
-            ".to(tl.bfloat16)").check("tl.sum").check("tl.store").run(kernel_source(code, kernel))
+            ".to(tl.bfloat16)"
+        ).check("tl.sum").check("tl.store").run(kernel_source(code, kernel))
 
     @plans_as_h200
     def test_frozen_prefill_is_frozen_stock(self):
         # M=256: cuBLAS on the bf16 constant, as frozen stock (same code, metadata aside)
-        mod, x = frozen_linear(1024, 4096).to(GPU_TYPE), torch.randn(256, 4096, device=GPU_TYPE)
+        mod, x = (
+            frozen_linear(1024, 4096).to(GPU_TYPE),
+            torch.randn(256, 4096, device=GPU_TYPE),
+        )
         code = self.frozen_code(mod, x)
         self.assertEqual(template_kernels(code), [])
-        self.assertGreaterEqual(self.counts["tensorcore_mm_stock:cost_model"], 1, dict(self.counts))
+        self.assertGreaterEqual(
+            self.counts["tensorcore_mm_stock:cost_model"], 1, dict(self.counts)
+        )
         stock = self.frozen_code(mod, x, enabled=False)
         self.assertEqual(comparable(code), comparable(stock))
         self.assertIn("extern_kernels.addmm(_frozen_param", "\n".join(code))
@@ -224,7 +285,9 @@ class TestTensorCoreMMFreezing(TensorCoreMMTestCase):
         with torch.no_grad(), inductor_config.patch(freezing=True):
             code = self.cuda_code(fn, mod, x)
         self.assertEqual(template_kernels(code), [])
-        self.assertEqual(self.counts["tensorcore_mm_stock:cost_model_frozen"], 1, dict(self.counts))
+        self.assertEqual(
+            self.counts["tensorcore_mm_stock:cost_model_frozen"], 1, dict(self.counts)
+        )
 
     @plans_as_h200
     def test_frozen_concatenated_linears(self):
@@ -239,43 +302,89 @@ class TestTensorCoreMMFreezing(TensorCoreMMTestCase):
             def forward(self, x):
                 return F.silu(self.w1(x)) * self.w3(x)
 
-        code = self.frozen_code(GatedUp().to(GPU_TYPE), torch.randn(16, 4096, device=GPU_TYPE))
-        self.assertEqual(self.counts["tensorcore_mm_template_frozen"], 1, dict(self.counts))
+        code = self.frozen_code(
+            GatedUp().to(GPU_TYPE), torch.randn(16, 4096, device=GPU_TYPE)
+        )
+        self.assertEqual(
+            self.counts["tensorcore_mm_template_frozen"], 1, dict(self.counts)
+        )
         (kernel,) = template_kernels(code)
         self.assertReadsBf16Constants(code, kernel)
-        self.assertRegex("\n".join(code), r"torch\.bfloat16 \(4096, 28672\)")  # w1|w3, one constant
+        # w1|w3, one constant
+        self.assertRegex("\n".join(code), r"torch\.bfloat16 \(4096, 28672\)")
 
     def test_plans_for_a_frozen_weight(self):
         op = planner.Operand
 
         def problem(m, n, k, x_fp32=True):
-            return planner.Problem("addmm" if x_fp32 else "mm", 1, m, n, k, op(m * k, x_fp32),
-                                      op(n * k, False), op(n, False) if x_fp32 else None,
-                                      weight16=True)
+            return planner.Problem(
+                "addmm" if x_fp32 else "mm",
+                1,
+                m,
+                n,
+                k,
+                op(m * k, x_fp32),
+                op(n * k, False),
+                op(n, False) if x_fp32 else None,
+                weight16=True,
+            )
 
-        paths = {mnk: planner.plan(problem(*mnk), H200).path for mnk in [
-            (1, 4096, 4096), (16, 4096, 4096), (16, 14336, 4096), (1, 4096, 14336),
-            (1, 14336, 4096), (64, 14336, 4096), (256, 14336, 4096), (16, 4096, 14336)]}
-        self.assertEqual(paths, {
-            (1, 4096, 4096): "gemv", (16, 4096, 4096): "template", (16, 14336, 4096): "template",
-            # one row: the gemv, never a 16-row tile (H200: 0.0438 ms against 0.0475)
-            (1, 4096, 14336): "gemv", (1, 14336, 4096): "gemv",
-            # beyond decode, and where one tile an SM streams no faster than cuBLAS: stock
-            (64, 14336, 4096): "stock", (256, 14336, 4096): "stock", (16, 4096, 14336): "stock"})
+        paths = {
+            mnk: planner.plan(problem(*mnk), H200).path
+            for mnk in [
+                (1, 4096, 4096),
+                (16, 4096, 4096),
+                (16, 14336, 4096),
+                (1, 4096, 14336),
+                (1, 14336, 4096),
+                (64, 14336, 4096),
+                (256, 14336, 4096),
+                (16, 4096, 14336),
+            ]
+        }
+        self.assertEqual(
+            paths,
+            {
+                (1, 4096, 4096): "gemv",
+                (16, 4096, 4096): "template",
+                (16, 14336, 4096): "template",
+                # one row: the gemv, never a 16-row tile
+                (1, 4096, 14336): "gemv",
+                (1, 14336, 4096): "gemv",
+                # beyond decode, and where one tile an SM streams no faster than cuBLAS: stock
+                (64, 14336, 4096): "stock",
+                (256, 14336, 4096): "stock",
+                (16, 4096, 14336): "stock",
+            },
+        )
         plan = planner.plan(problem(16, 14336, 4096), H200)
-        self.assertFalse(plan.fused_b)  # the weight is read as stored, 2 bytes an element
+        # the weight is read as stored, 2 bytes an element
+        self.assertFalse(plan.fused_b)
         self.assertTrue(plan.fused_a)
         # batched, or a device without the cuBLAS rate measured: as before (no 16-bit path)
-        batched = dataclasses.replace(problem(16, 14336, 4096, x_fp32=False), op="bmm", batch=2)
+        batched = dataclasses.replace(
+            problem(16, 14336, 4096, x_fp32=False), op="bmm", batch=2
+        )
         self.assertEqual(planner.plan(batched, H200).path, "stock")
         unknown = dataclasses.replace(H200, stream_cublas16=0.0)
-        self.assertEqual(planner.plan(problem(16, 14336, 4096, x_fp32=False), unknown).path,
-                         "stock")
+        self.assertEqual(
+            planner.plan(problem(16, 14336, 4096, x_fp32=False), unknown).path, "stock"
+        )
 
     @requires_cuda_sm80
-    @parametrize("mnk", [(1, 4096, 4096), (16, 4096, 4096), (1, 14336, 4096), (16, 14336, 4096),
-                         (4, 14336, 4096), (1, 4096, 14336), (64, 14336, 4096)],
-                 name_fn=lambda mnk: "x".join(map(str, mnk)))
+    @parametrize(
+        "mnk",
+        [
+            (1, 4096, 4096),
+            (16, 4096, 4096),
+            (1, 14336, 4096),
+            (16, 14336, 4096),
+            (4, 14336, 4096),
+            (1, 4096, 14336),
+            (64, 14336, 4096),
+        ],
+        name_fn=lambda mnk: "x".join(map(str, mnk)),
+    )
     def test_frozen_values_GPU(self, mnk):
         # against eager autocast on the fp32 parameters and an fp64 reference
         m, n, k = mnk

@@ -6,6 +6,7 @@ unbounded M split by a guard, a decode-shaped kernel up to the split.
 As test_tensorcore_mm.py: the plans as plain Python for the H200's properties, the
 generated CUDA code for the H200's plans and values, on any CUDA GPU with sm_80.
 """
+
 from __future__ import annotations
 
 import re
@@ -23,14 +24,36 @@ from torch.testing._internal.inductor_utils import GPU_TYPE
 
 try:
     from .test_tensorcore_mm import (
-        BF16, H200, IS_H200, TensorCoreMMTestCase, gpu_randn, kernel_source, linear, linear_problem,
-        no_caches, plans_as_h200, requires_cuda_sm80, template_kernels, tensorcore,
+        BF16,
+        gpu_randn,
+        H200,
+        IS_H200,
+        kernel_source,
+        linear,
+        linear_problem,
+        no_caches,
+        plans_as_h200,
+        requires_cuda_sm80,
+        template_kernels,
+        tensorcore,
+        TensorCoreMMTestCase,
         tolerate_dynamic_outputs,
     )
 except ImportError:
     from test_tensorcore_mm import (
-        BF16, H200, IS_H200, TensorCoreMMTestCase, gpu_randn, kernel_source, linear, linear_problem,
-        no_caches, plans_as_h200, requires_cuda_sm80, template_kernels, tensorcore,
+        BF16,
+        gpu_randn,
+        H200,
+        IS_H200,
+        kernel_source,
+        linear,
+        linear_problem,
+        no_caches,
+        plans_as_h200,
+        requires_cuda_sm80,
+        template_kernels,
+        tensorcore,
+        TensorCoreMMTestCase,
         tolerate_dynamic_outputs,
     )
 
@@ -43,7 +66,8 @@ class TestDynamicMPlan(TestCase):
         bounded = planner.plan_dynamic_m(p, H200, 64)
         self.assertEqual(bounded.path, "template", bounded.describe())
         hinted = planner.plan(p, H200)
-        self.assertGreater(bounded.config.BLOCK_M, hinted.config.BLOCK_M)  # not M=16's tile
+        # not M=16's tile
+        self.assertGreater(bounded.config.BLOCK_M, hinted.config.BLOCK_M)
         unbounded = planner.plan_dynamic_m(p, H200, 8192)
         self.assertEqual(unbounded.path, "stock", unbounded.describe())
 
@@ -56,11 +80,18 @@ class TestDynamicMPlan(TestCase):
             self.assertEqual(q.path, "template")
             self.assertLessEqual(q.config.BLOCK_M, split)
             at_split = planner.at_m(p, split)
-            self.assertLess(planner.predict(at_split, H200, q.fused_a, q.fused_b, q.config),
-                            planner.predict(at_split, H200))
-        self.assertEqual(planner.dynamic_m_splits(p, H200, 2, 64)[-1][0], 16)  # below m_max
-        self.assertEqual(planner.dynamic_m_splits(p, H200, 2, 8192, planner.Force(path="stock")), [])
-        self.assertEqual([s for s, _ in planner.dynamic_m_splits(p, H200, 17, 8192)], [64])
+            self.assertLess(
+                planner.predict(at_split, H200, q.fused_a, q.fused_b, q.config),
+                planner.predict(at_split, H200),
+            )
+        # below m_max
+        self.assertEqual(planner.dynamic_m_splits(p, H200, 2, 64)[-1][0], 16)
+        self.assertEqual(
+            planner.dynamic_m_splits(p, H200, 2, 8192, planner.Force(path="stock")), []
+        )
+        self.assertEqual(
+            [s for s, _ in planner.dynamic_m_splits(p, H200, 17, 8192)], [64]
+        )
 
 
 @plans_as_h200
@@ -123,7 +154,9 @@ class TestTensorCoreMMDynamicCodegen(TensorCoreMMTestCase):
         code, guards = self.dynamic_m_code(None, m=512)
         self.assertStock(code, "tensorcore_mm_stock:reread")
         self.assertEqual(self.counts["tensorcore_mm_dynamic_m_split"], 0)
-        self.assertTrue([g for g in guards if re.fullmatch(r"64 < s\d+|s\d+ > 64", g)], guards)
+        self.assertTrue(
+            [g for g in guards if re.fullmatch(r"64 < s\d+|s\d+ > 64", g)], guards
+        )
 
 
 class TestTensorCoreMMDynamicGPU(TensorCoreMMTestCase):
@@ -164,7 +197,10 @@ class TestTensorCoreMMDynamicGPU(TensorCoreMMTestCase):
                 counters.clear()
                 self.check_values(torch.compile(fn), fn, w, b, (4, 300))
                 self.assertEqual(counters["stats"]["unique_graphs"], 2 if splits else 1)
-        hits = counters["inductor"]["fxgraph_cache_hit"] + counters["aot_autograd"]["autograd_cache_hit"]
+        hits = (
+            counters["inductor"]["fxgraph_cache_hit"]
+            + counters["aot_autograd"]["autograd_cache_hit"]
+        )
         self.assertGreaterEqual(hits, 1, dict(counters))
 
     @requires_cuda_sm80
@@ -173,9 +209,12 @@ class TestTensorCoreMMDynamicGPU(TensorCoreMMTestCase):
         w, b = gpu_randn((512, 1024), (512,))
         torch._dynamo.reset()
         with tensorcore(True), no_caches():
-            self.check_values(torch.compile(fn), fn, w, b, (16, 2, 33, 64), min=2, max=64)
+            self.check_values(
+                torch.compile(fn), fn, w, b, (16, 2, 33, 64), min=2, max=64
+            )
         if IS_H200:
-            self.assertEqual(self.counts["tensorcore_mm_template"], 1)  # one compile, symbolic M
+            # one compile, symbolic M
+            self.assertEqual(self.counts["tensorcore_mm_template"], 1)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ model counts the gelu-add that is a matmul's only reader, and fuses it.
 The structure in the CUDA code Inductor generates (``get_code``, nothing run); values and
 gradients on the CUDA GPU against eager and an fp64 reference.
 """
+
 from __future__ import annotations
 
 import re
@@ -16,7 +17,10 @@ from torch._dynamo.utils import counters
 from torch._inductor import config as inductor_config
 from torch._inductor.test_case import run_tests
 from torch.testing import FileCheck
-from torch.testing._internal.common_utils import instantiate_parametrized_tests, parametrize
+from torch.testing._internal.common_utils import (
+    instantiate_parametrized_tests,
+    parametrize,
+)
 from torch.testing._internal.inductor_utils import GPU_TYPE
 from torch.testing._internal.triton_utils import requires_cuda_and_triton
 
@@ -41,8 +45,12 @@ def linear_inputs(m, n, k, dtype, device="cpu", lead=(), requires_grad=False, se
     generator = torch.Generator().manual_seed(seed)
     shapes = ((*lead, m, k), (n, k), (n,), (*lead, m, n))
     scales = (1.0, k**-0.5, 0.1, 1.0)
-    return [(torch.randn(s, generator=generator) * c).to(device=device, dtype=dtype)
-            .requires_grad_(requires_grad) for s, c in zip(shapes, scales)]
+    return [
+        (torch.randn(s, generator=generator) * c)
+        .to(device=device, dtype=dtype)
+        .requires_grad_(requires_grad)
+        for s, c in zip(shapes, scales)
+    ]
 
 
 def template_kernels(code: list[str]) -> list[str]:
@@ -62,22 +70,30 @@ class GeluAddEpilogueTests(GeluAddTestCase):
     FEATURES = ["tensorcore_mm", "gelu_add"]
 
     def code_with(self, fn, *inputs, force=None):
-        forced = {} if force is None else dict(tensorcore_mm_force_path="template",
-                                               tensorcore_mm_force_fused=force)
+        forced = (
+            {}
+            if force is None
+            else dict(
+                tensorcore_mm_force_path="template", tensorcore_mm_force_fused=force
+            )
+        )
         with inductor_config.patch(shape_padding=False, **forced):
             return self.cuda_code(fn, *inputs, names=self.FEATURES)
 
     def assertOneKernel(self, code):
         joined = "\n".join(code)
         self.assertEqual(len(template_kernels(code)), 1, joined)
-        self.assertEqual(kernel_names(code), [], "no pointwise kernel after the template")
+        self.assertEqual(
+            kernel_names(code), [], "no pointwise kernel after the template"
+        )
         self.assertNotIn("extern_kernels.", joined)
         self.assertEqual(counters["inductor"]["tensorcore_mm_template_gelu_add"], 1)
         # bias, rounding to bf16 (the matmul's output as eager stores it), gelu and the
         # residual in fp32: in this order, in the template's epilogue
-        src = joined[joined.index("def triton_tem_fused"):]
+        src = joined[joined.index("def triton_tem_fused") :]
         FileCheck().check("acc + ").check(".to(tl.bfloat16)").check("0.5").check(
-            "tl.store").run(src)
+            "tl.store"
+        ).run(src)
 
     @parametrize("approximate", APPROXIMATIONS)
     def test_gemm_epilogue_bf16(self, approximate):
@@ -87,22 +103,30 @@ class GeluAddEpilogueTests(GeluAddTestCase):
 
     def test_autocast_fp32_parameters(self):
         # the weight cast in the kernel too: the template reads fp32 w
-        code = self.code_with(gelu_linear("tanh", autocast=True),
-                              *linear_inputs(512, 768, 320, torch.float32, device=GPU_TYPE),
-                              force=(False, True))
+        code = self.code_with(
+            gelu_linear("tanh", autocast=True),
+            *linear_inputs(512, 768, 320, torch.float32, device=GPU_TYPE),
+            force=(False, True),
+        )
         self.assertEqual(len(template_kernels(code)), 1)
         # x's cast is a kernel of its own (re-read by every column tile); nothing follows
-        self.assertTrue(all("_to_copy" in name for name in kernel_names(code)), kernel_names(code))
+        self.assertTrue(
+            all("_to_copy" in name for name in kernel_names(code)), kernel_names(code)
+        )
         self.assertEqual(counters["inductor"]["tensorcore_mm_template_gelu_add"], 1)
 
     def test_3d_input_keeps_stock(self):
         # F.linear of [B, S, K]: a view between the matmul and the gelu-add, through
         # which Inductor's scheduler does not fuse a template's epilogue: not taken
-        code = self.code_with(gelu_linear("none"),
-                              *linear_inputs(64, 256, 128, torch.bfloat16, device=GPU_TYPE, lead=(4,)),
-                              force=(False, False))
+        code = self.code_with(
+            gelu_linear("none"),
+            *linear_inputs(64, 256, 128, torch.bfloat16, device=GPU_TYPE, lead=(4,)),
+            force=(False, False),
+        )
         self.assertEqual(template_kernels(code), [])
-        pointwise = re.findall(r"triton_poi_fused_\w*gelu_add_\w*\d+\.run\(", "\n".join(code))
+        pointwise = re.findall(
+            r"triton_poi_fused_\w*gelu_add_\w*\d+\.run\(", "\n".join(code)
+        )
         self.assertEqual(len(pointwise), 1)
         self.assertEqual(counters["inductor"]["tensorcore_mm_fallback:not_autocast"], 1)
 
@@ -110,10 +134,14 @@ class GeluAddEpilogueTests(GeluAddTestCase):
     def test_cost_model_keeps_cublas_plus_one_kernel(self):
         # H200, 8192x4096x1024 bf16: the template with the fused epilogue at best 0.189 ms
         # (erf; tanh 0.226), cuBLAS + the pointwise kernel 0.148-0.170
-        code = self.code_with(gelu_linear("none"), *linear_inputs(8192, 4096, 1024, torch.bfloat16,
-                                                                 device=GPU_TYPE))
+        code = self.code_with(
+            gelu_linear("none"),
+            *linear_inputs(8192, 4096, 1024, torch.bfloat16, device=GPU_TYPE),
+        )
         self.assertEqual(template_kernels(code), [])
-        pointwise = re.findall(r"triton_poi_fused_\w*gelu_add_\d+\.run\(", "\n".join(code))
+        pointwise = re.findall(
+            r"triton_poi_fused_\w*gelu_add_\d+\.run\(", "\n".join(code)
+        )
         self.assertEqual(len(pointwise), 1)
         self.assertIn("extern_kernels.addmm", "\n".join(code))
         self.assertEqual(counters["inductor"]["tensorcore_mm_stock:cost_model"], 1)
@@ -131,9 +159,11 @@ class GeluAddEpilogueTests(GeluAddTestCase):
 
     def test_without_gelu_add_a_16bit_matmul_is_stock(self):
         self.FEATURES = ["tensorcore_mm"]
-        code = self.code_with(gelu_linear("none"),
-                              *linear_inputs(512, 768, 320, torch.bfloat16, device=GPU_TYPE),
-                              force=(False, False))
+        code = self.code_with(
+            gelu_linear("none"),
+            *linear_inputs(512, 768, 320, torch.bfloat16, device=GPU_TYPE),
+            force=(False, False),
+        )
         self.assertEqual(template_kernels(code), [])
         self.assertEqual(counters["inductor"]["tensorcore_mm_fallback:not_autocast"], 1)
 
@@ -144,26 +174,42 @@ class GeluAddEpilogueTests(GeluAddTestCase):
         dtype = torch.bfloat16 if variant == "bf16" else torch.float32
         fn = gelu_linear(approximate, autocast=variant == "autocast")
         for requires_grad in (False, True):
-            inputs = linear_inputs(300, 520, 264, dtype, device=GPU_TYPE,
-                                   requires_grad=requires_grad)
-            eager_inputs = [t.detach().clone().requires_grad_(requires_grad) for t in inputs]
+            inputs = linear_inputs(
+                300, 520, 264, dtype, device=GPU_TYPE, requires_grad=requires_grad
+            )
+            eager_inputs = [
+                t.detach().clone().requires_grad_(requires_grad) for t in inputs
+            ]
             # pad_mm would pad this odd matmul (when its benchmark says so): then a
             # slice, not the gelu-add, reads the matmul, and stock keeps it
             fused = (False, False) if variant == "bf16" else None
-            with inductor_config.patch(shape_padding=False, tensorcore_mm_force_path="template",
-                                       tensorcore_mm_force_fused=fused):
+            with inductor_config.patch(
+                shape_padding=False,
+                tensorcore_mm_force_path="template",
+                tensorcore_mm_force_fused=fused,
+            ):
                 out, code = self.compile_and_run(fn, *inputs, names=self.FEATURES)
             expected = fn(*eager_inputs)
-            reference_inputs = [t.detach().double().requires_grad_(requires_grad) for t in inputs]
+            reference_inputs = [
+                t.detach().double().requires_grad_(requires_grad) for t in inputs
+            ]
             reference = fn(*reference_inputs)
             if not requires_grad:  # training keeps the matmul's output for the backward
-                self.assertEqual(len(template_kernels(code)), 1, dict(counters["inductor"]))
+                self.assertEqual(
+                    len(template_kernels(code)), 1, dict(counters["inductor"])
+                )
                 self.assertEqual(kernel_names(code), [])
             # eager within one bf16 step of |gelu| + |r| (two half steps): the kernel
             # rounds once where eager rounds gelu's output too, and the matmul sums in
             # another order
-            scale = ((expected - eager_inputs[3]).abs() + eager_inputs[3].abs()).detach().double()
-            steps = (out.detach().double() - expected.detach().double()).abs() / (scale * 2.0**-8)
+            scale = (
+                ((expected - eager_inputs[3]).abs() + eager_inputs[3].abs())
+                .detach()
+                .double()
+            )
+            steps = (out.detach().double() - expected.detach().double()).abs() / (
+                scale * 2.0**-8
+            )
             self.assertLessEqual(steps.max().item(), 2.0)
             # and no further from fp64 than eager (autocast rounds the inputs: eager's own
             # error is the yardstick)
@@ -177,9 +223,13 @@ class GeluAddEpilogueTests(GeluAddTestCase):
                 expected.backward(grad)
                 # the backward runs 16-bit matmuls: their rounding (and summation order)
                 # moves a gradient by a bf16 step relative to its size, not to each element
-                grads64 = torch.autograd.grad(reference, reference_inputs, grad.double())
+                grads64 = torch.autograd.grad(
+                    reference, reference_inputs, grad.double()
+                )
                 for t, e, g64 in zip(inputs, eager_inputs, grads64):
-                    difference = (t.grad.double() - e.grad.double()).norm() / e.grad.double().norm()
+                    difference = (
+                        t.grad.double() - e.grad.double()
+                    ).norm() / e.grad.double().norm()
                     self.assertLessEqual(difference.item(), 2.0**-6)
                     error = (t.grad.double() - g64).norm() / g64.norm()
                     eager_error = (e.grad.double() - g64).norm() / g64.norm()

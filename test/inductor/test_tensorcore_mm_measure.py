@@ -6,26 +6,41 @@ shape and cached on disk.
 The plans as plain Python for the H200's properties; the choice with mocked timings on
 any CUDA GPU with sm_80.
 """
+
 from __future__ import annotations
 
 from unittest import mock
 
 from torch._inductor import config as inductor_config
-from torch._inductor.kernel import mm_tensorcore
-from torch._inductor.kernel import mm_tensorcore_plan as planner
+from torch._inductor.kernel import mm_tensorcore, mm_tensorcore_plan as planner
 from torch._inductor.test_case import run_tests, TestCase
-from torch.testing._internal.common_utils import instantiate_parametrized_tests, parametrize
+from torch.testing._internal.common_utils import (
+    instantiate_parametrized_tests,
+    parametrize,
+)
 
 
 try:
     from .test_tensorcore_mm import (
-        BF16, H200, TensorCoreMMTestCase, comparable, gpu_randn, linear, linear_problem,
+        BF16,
+        comparable,
+        gpu_randn,
+        H200,
+        linear,
+        linear_problem,
         requires_cuda_sm80,
+        TensorCoreMMTestCase,
     )
 except ImportError:
     from test_tensorcore_mm import (
-        BF16, H200, TensorCoreMMTestCase, comparable, gpu_randn, linear, linear_problem,
+        BF16,
+        comparable,
+        gpu_randn,
+        H200,
+        linear,
+        linear_problem,
         requires_cuda_sm80,
+        TensorCoreMMTestCase,
     )
 
 
@@ -33,7 +48,9 @@ class TestMeasuredPlan(TestCase):
     def test_uncertain_wins_are_measured(self):
         # decode streams the fp32 weight once: a large predicted win is taken as is
         decode = planner.plan(linear_problem(16, 4096, 4096), H200)
-        self.assertEqual((decode.path, decode.measure), ("template", False), decode.describe())
+        self.assertEqual(
+            (decode.path, decode.measure), ("template", False), decode.describe()
+        )
         # a smaller predicted win, the weight still streamed once: timed on the device
         for mnk in [(64, 14336, 4096), (256, 4096, 4096)]:
             plan = planner.plan(linear_problem(*mnk), H200)
@@ -42,8 +59,11 @@ class TestMeasuredPlan(TestCase):
         # tiles that re-read the operands: stock, whatever is predicted, nothing timed
         for mnk in [(1024, 1024, 1024), (1576, 4096, 1024)]:
             plan = planner.plan(linear_problem(*mnk), H200)
-            self.assertEqual((plan.path, plan.reason, plan.measure),
-                             ("stock", planner.REREAD, False), plan.describe())
+            self.assertEqual(
+                (plan.path, plan.reason, plan.measure),
+                ("stock", planner.REREAD, False),
+                plan.describe(),
+            )
         # predicted slower: stock, nothing to time
         big = planner.plan(linear_problem(4096, 4096, 4096), H200)
         self.assertEqual((big.path, big.measure), ("stock", False), big.describe())
@@ -66,8 +86,10 @@ class TestTensorCoreMMMeasured(TensorCoreMMTestCase):
             return (gemm / 2 if winner == "template" else gemm * 10), gemm
 
         inputs = gpu_randn((256, 4096), (4096, 4096), (4096,))
-        with mock.patch.object(mm_tensorcore, "_timings", timings), \
-                mock.patch("torch.cuda.is_initialized", return_value=True):
+        with (
+            mock.patch.object(mm_tensorcore, "_timings", timings),
+            mock.patch("torch.cuda.is_initialized", return_value=True),
+        ):
             code = self.cuda_code(linear(), *inputs)
         self.assertEqual(timed, [("addmm", BF16)])
         if winner == "stock":
@@ -78,7 +100,8 @@ class TestTensorCoreMMMeasured(TensorCoreMMTestCase):
             self.assertTemplate(code, casts=1)  # x cast apart: the tiles re-read it
         with inductor_config.patch(tensorcore_mm_measure=False):
             self.cuda_code(linear(), *inputs)
-        self.assertEqual(self.counts["tensorcore_mm_template"], 1)  # the prediction's choice
+        # the prediction's choice
+        self.assertEqual(self.counts["tensorcore_mm_template"], 1)
         self.assertEqual(len(timed), 1)
 
     @requires_cuda_sm80
@@ -91,14 +114,22 @@ class TestTensorCoreMMMeasured(TensorCoreMMTestCase):
             return 1e-6, 50e-6
 
         inputs = gpu_randn((256, 4096), (4096, 4096), (4096,))
-        with mock.patch.object(mm_tensorcore, "_measure", measure), \
-                mock.patch("torch.cuda.is_initialized", return_value=True):
+        with (
+            mock.patch.object(mm_tensorcore, "_measure", measure),
+            mock.patch("torch.cuda.is_initialized", return_value=True),
+        ):
             for _ in range(2):
                 self.assertTemplate(self.cuda_code(linear(), *inputs), casts=1)
         self.assertEqual(len(measured), 1)
         # bias (expanded), x, and F.linear's transposed weight
-        self.assertEqual(measured[0], [([256, 4096], [0, 1]), ([256, 4096], [4096, 1]),
-                                       ([4096, 4096], [1, 4096])])
+        self.assertEqual(
+            measured[0],
+            [
+                ([256, 4096], [0, 1]),
+                ([256, 4096], [4096, 1]),
+                ([4096, 4096], [1, 4096]),
+            ],
+        )
 
 
 instantiate_parametrized_tests(TestMeasuredPlan)

@@ -6,27 +6,53 @@ of a tile adds the partials in split order (deterministic) and runs the epilogue
 The configs as plain Python for the H200's properties; the generated CUDA code for an
 H200's plan (nothing run); values on any CUDA GPU with sm_80.
 """
+
 from __future__ import annotations
 
 from torch._inductor.kernel import mm_tensorcore_plan as planner
 from torch._inductor.test_case import run_tests, TestCase
-from torch.testing._internal.common_utils import instantiate_parametrized_tests, parametrize
+from torch.testing._internal.common_utils import (
+    instantiate_parametrized_tests,
+    parametrize,
+)
 from torch.testing._internal.inductor_utils import GPU_TYPE
 
 
 try:
     from .test_tensorcore_mm import (
-        BF16, FP16, H200, TensorCoreMMTestCase, dtype_name, emulate_fp64, gpu_randn,
-        kernel_source, linear, linear_problem, matmul_inputs, matmul_op, plans_as_h200,
+        BF16,
+        dtype_name,
+        emulate_fp64,
+        FP16,
+        gpu_randn,
+        H200,
+        kernel_source,
+        linear,
+        linear_problem,
+        matmul_inputs,
+        matmul_op,
+        plans_as_h200,
         requires_cuda_sm80,
         template_kernels,
+        TensorCoreMMTestCase,
     )
 except ImportError:
     from test_tensorcore_mm import (
-        BF16, FP16, H200, TensorCoreMMTestCase, dtype_name, emulate_fp64, gpu_randn,
-        kernel_source, linear, linear_problem, matmul_inputs, matmul_op, plans_as_h200,
+        BF16,
+        dtype_name,
+        emulate_fp64,
+        FP16,
+        gpu_randn,
+        H200,
+        kernel_source,
+        linear,
+        linear_problem,
+        matmul_inputs,
+        matmul_op,
+        plans_as_h200,
         requires_cuda_sm80,
         template_kernels,
+        TensorCoreMMTestCase,
     )
 
 
@@ -37,16 +63,31 @@ class TestSplitKPlan(TestCase):
         split = planner.plan(linear_problem(16, 1024, 4096), H200).config
         self.assertEqual(split.SPLIT_K, 2, split)
         self.assertGreater(split.workspace_bytes(16, 1024), 0)
-        self.assertEqual(planner.plan(linear_problem(16, 4096, 4096), H200).config.SPLIT_K, 1)
+        self.assertEqual(
+            planner.plan(linear_problem(16, 4096, 4096), H200).config.SPLIT_K, 1
+        )
         # no split where two would need a second wave (16x1280: 80 tiles) or leave fewer
         # than 8 steps of K a split (K = 1024: 8 steps in all)
-        self.assertEqual(planner.plan(linear_problem(16, 1280, 5120), H200).config.SPLIT_K, 1)
-        self.assertEqual(planner.plan(linear_problem(16, 1024, 1024), H200).config.SPLIT_K, 1)
+        self.assertEqual(
+            planner.plan(linear_problem(16, 1280, 5120), H200).config.SPLIT_K, 1
+        )
+        self.assertEqual(
+            planner.plan(linear_problem(16, 1024, 1024), H200).config.SPLIT_K, 1
+        )
         # batched, or K too short: no split
-        batched = planner.Problem("bmm", 4, 16, 1024, 4096, planner.Operand(4 * 16 * 4096, True),
-                                  planner.Operand(4 * 4096 * 1024, True))
+        batched = planner.Problem(
+            "bmm",
+            4,
+            16,
+            1024,
+            4096,
+            planner.Operand(4 * 16 * 4096, True),
+            planner.Operand(4 * 4096 * 1024, True),
+        )
         self.assertEqual(planner.plan(batched, H200).config.SPLIT_K, 1)
-        self.assertEqual(planner.plan(linear_problem(16, 1024, 256), H200).config.SPLIT_K, 1)
+        self.assertEqual(
+            planner.plan(linear_problem(16, 1024, 256), H200).config.SPLIT_K, 1
+        )
 
 
 @plans_as_h200

@@ -17,31 +17,29 @@ its first argument, so a GEMM template can take the gelu-add as its epilogue
 A rejected match is left to stock; an error while lowering a match replays the matched
 aten nodes through the stock lowerings. Both are counted in ``counters["inductor"]``.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import functools
 import logging
-from typing import Any, Optional
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-
 from torch._dynamo.utils import counters
-from torch._inductor import config as inductor_config
-from torch._inductor import ir
-from torch._inductor import lowering as inductor_lowering
+from torch._inductor import config as inductor_config, ir, lowering as inductor_lowering
 from torch._inductor.pattern_matcher import (
-    MULTIPLE,
     CallFunction,
     KeywordArg,
     Match,
+    MULTIPLE,
     PatternExpr,
     PatternMatcherPass,
     register_lowering_pattern,
 )
-from torch._inductor.virtualized import V, ops
+from torch._inductor.virtualized import ops, V
 
 log = logging.getLogger(__name__)
 
@@ -73,11 +71,15 @@ def _gelu_add_op() -> torch._ops.OpOverload:
         return namespace.gelu_add.default
 
     @torch.library.custom_op("inductor::gelu_add", mutates_args=())
-    def gelu_add(x: torch.Tensor, residual: torch.Tensor, approximate: str = "none") -> torch.Tensor:
+    def gelu_add(
+        x: torch.Tensor, residual: torch.Tensor, approximate: str = "none"
+    ) -> torch.Tensor:
         return F.gelu(x, approximate=approximate) + residual
 
     @gelu_add.register_fake
-    def _(x: torch.Tensor, residual: torch.Tensor, approximate: str = "none") -> torch.Tensor:
+    def _(
+        x: torch.Tensor, residual: torch.Tensor, approximate: str = "none"
+    ) -> torch.Tensor:
         return F.gelu(x, approximate=approximate) + residual
 
     return torch.ops.inductor.gelu_add.default
@@ -92,7 +94,8 @@ class GeluAddSpec:
 
     approximate: str  # "none" (erf) or "tanh"
     compute_dtype: torch.dtype  # gelu's arithmetic
-    round_dtype: Optional[torch.dtype]  # gelu's output rounded to this before the add (bf16/fp16)
+    # gelu's output rounded to this before the add (bf16/fp16)
+    round_dtype: torch.dtype | None
     out_dtype: torch.dtype  # the add's result
     residual_first: bool  # r + gelu(x)
 
@@ -112,11 +115,15 @@ def gelu_pattern(x: PatternExpr, approximate: str) -> PatternExpr:
         cdf = CallFunction(aten.add.Tensor, CallFunction(aten.erf.default, inner), 1)
     elif approximate == "tanh":
         cube = CallFunction(aten.mul.Tensor, CallFunction(aten.mul.Tensor, x, x), x)
-        poly = CallFunction(aten.add.Tensor, x, CallFunction(aten.mul.Tensor, cube, TANH_KAPPA))
+        poly = CallFunction(
+            aten.add.Tensor, x, CallFunction(aten.mul.Tensor, cube, TANH_KAPPA)
+        )
         inner = CallFunction(aten.mul.Tensor, poly, TANH_BETA)
         cdf = CallFunction(aten.add.Tensor, CallFunction(aten.tanh.default, inner), 1)
     else:
-        raise ValueError(f"gelu approximate must be 'none' or 'tanh', not {approximate!r}")
+        raise ValueError(
+            f"gelu approximate must be 'none' or 'tanh', not {approximate!r}"
+        )
     return CallFunction(aten.mul.Tensor, CallFunction(aten.mul.Tensor, x, 0.5), cdf)
 
 
@@ -125,7 +132,7 @@ def gelu_add_pattern(
     residual: PatternExpr,
     *,
     approximate: str,
-    round_dtype: Optional[torch.dtype],
+    round_dtype: torch.dtype | None,
     residual_first: bool,
 ) -> PatternExpr:
     """``gelu(x) + residual`` (or ``residual + gelu(x)``) after decomposition.
@@ -138,9 +145,13 @@ def gelu_add_pattern(
     if round_dtype is None:
         gelu = gelu_pattern(x, approximate)
     else:
-        x_fp32 = CallFunction(prims.convert_element_type.default, x, torch.float32, _users=MULTIPLE)
+        x_fp32 = CallFunction(
+            prims.convert_element_type.default, x, torch.float32, _users=MULTIPLE
+        )
         gelu = CallFunction(
-            prims.convert_element_type.default, gelu_pattern(x_fp32, approximate), round_dtype
+            prims.convert_element_type.default,
+            gelu_pattern(x_fp32, approximate),
+            round_dtype,
         )
     operands = (residual, gelu) if residual_first else (gelu, residual)
     return CallFunction(aten.add.Tensor, *operands)
@@ -149,7 +160,7 @@ def gelu_add_pattern(
 GELU_ADD_PASS = PatternMatcherPass(pass_name="gelu_add_pass")
 
 
-def _tensor_val(node: Any) -> Optional[torch.Tensor]:
+def _tensor_val(node: Any) -> torch.Tensor | None:
     if not isinstance(node, torch.fx.Node):
         return None
     val = node.meta.get("val")
@@ -158,7 +169,9 @@ def _tensor_val(node: Any) -> Optional[torch.Tensor]:
 
 def _reject(reason: str, match: Match) -> None:
     counters[COUNTERS]["gelu_add_rejected"] += 1
-    log.debug("gelu_add: match at %s left to stock Inductor: %s", match.output_node(), reason)
+    log.debug(
+        "gelu_add: match at %s left to stock Inductor: %s", match.output_node(), reason
+    )
 
 
 def _kernels_round_intermediates(device: torch.device) -> bool:
@@ -174,8 +187,12 @@ def _kernels_round_intermediates(device: torch.device) -> bool:
 
 
 def spec_of_match(
-    match: Match, *, approximate: str, round_dtype: Optional[torch.dtype], residual_first: bool
-) -> Optional[GeluAddSpec]:
+    match: Match,
+    *,
+    approximate: str,
+    round_dtype: torch.dtype | None,
+    residual_first: bool,
+) -> GeluAddSpec | None:
     """The spec of a structural match, or None when the pass must not take it."""
     if any(node.kwargs for node in match.nodes):
         # the matcher ignores kwargs the pattern lacks: add(..., alpha=2) must not match
@@ -200,7 +217,10 @@ def spec_of_match(
             _reject(f"x of {x.dtype} upcast to fp32", match)
             return None
     if not residual.dtype.is_floating_point or not out.dtype.is_floating_point:
-        _reject(f"residual {residual.dtype} or result {out.dtype} is not floating point", match)
+        _reject(
+            f"residual {residual.dtype} or result {out.dtype} is not floating point",
+            match,
+        )
         return None
     if out.dtype != torch.promote_types(round_dtype or compute_dtype, residual.dtype):
         _reject(f"result dtype {out.dtype} is not the add's promotion", match)
@@ -213,28 +233,42 @@ def spec_of_match(
         and inductor_config.emulate_precision_casts
         and not _kernels_round_intermediates(out.device)
     ):
-        _reject(f"{out.device.type} kernels cannot round gelu's output to {round_dtype}", match)
+        _reject(
+            f"{out.device.type} kernels cannot round gelu's output to {round_dtype}",
+            match,
+        )
         return None
-    return GeluAddSpec(approximate, compute_dtype, round_dtype, out.dtype, residual_first)
+    return GeluAddSpec(
+        approximate, compute_dtype, round_dtype, out.dtype, residual_first
+    )
 
 
 def _check_match(
-    approximate: str, round_dtype: Optional[torch.dtype], residual_first: bool, match: Match
+    approximate: str,
+    round_dtype: torch.dtype | None,
+    residual_first: bool,
+    match: Match,
 ) -> bool:
     try:
         spec = spec_of_match(
-            match, approximate=approximate, round_dtype=round_dtype, residual_first=residual_first
+            match,
+            approximate=approximate,
+            round_dtype=round_dtype,
+            residual_first=residual_first,
         )
     except Exception:
         counters[COUNTERS]["gelu_add_check_error"] += 1
-        log.warning("gelu_add: checking a match failed; left to stock Inductor", exc_info=True)
+        log.warning(
+            "gelu_add: checking a match failed; left to stock Inductor", exc_info=True
+        )
         return False
     if spec is None:
         return False
     match.gelu_add_spec = spec  # read by the lowering and the marker
     # erasing a node clears its args: keep what a fallback to stock lowerings replays
     match.gelu_add_nodes = [
-        (node, node.target, node.args, node.kwargs) for node in _topological(match.nodes)
+        (node, node.target, node.args, node.kwargs)
+        for node in _topological(match.nodes)
     ]
     return True
 
@@ -258,7 +292,12 @@ def gelu_values(x: Any, approximate: str, dtype: torch.dtype) -> Any:
 
 
 def gelu_add_values(
-    x: Any, residual: Any, spec: GeluAddSpec, *, x_dtype: torch.dtype, residual_dtype: torch.dtype
+    x: Any,
+    residual: Any,
+    spec: GeluAddSpec,
+    *,
+    x_dtype: torch.dtype,
+    residual_dtype: torch.dtype,
 ) -> Any:
     """``gelu(x) + residual`` on Inductor's ``ops`` (loaded values of these dtypes)."""
     if x_dtype != spec.compute_dtype:
@@ -277,7 +316,9 @@ def gelu_add_values(
     return ops.add(residual, gelu) if spec.residual_first else ops.add(gelu, residual)
 
 
-def lower_gelu_add(x: ir.TensorBox, residual: ir.TensorBox, spec: GeluAddSpec) -> ir.TensorBox:
+def lower_gelu_add(
+    x: ir.TensorBox, residual: ir.TensorBox, spec: GeluAddSpec
+) -> ir.TensorBox:
     """One Pointwise node computing ``gelu(x) + residual`` over their broadcast shape."""
     x, residual = inductor_lowering.broadcast_tensors(x, residual)
     x_loader, residual_loader = x.make_loader(), residual.make_loader()
@@ -285,11 +326,18 @@ def lower_gelu_add(x: ir.TensorBox, residual: ir.TensorBox, spec: GeluAddSpec) -
 
     def inner_fn(index: Any) -> Any:
         return gelu_add_values(
-            x_loader(index), residual_loader(index), spec, x_dtype=x_dtype, residual_dtype=residual_dtype
+            x_loader(index),
+            residual_loader(index),
+            spec,
+            x_dtype=x_dtype,
+            residual_dtype=residual_dtype,
         )
 
     return ir.Pointwise.create(
-        device=x.get_device(), dtype=spec.out_dtype, inner_fn=inner_fn, ranges=list(x.get_size())
+        device=x.get_device(),
+        dtype=spec.out_dtype,
+        inner_fn=inner_fn,
+        ranges=list(x.get_size()),
     )
 
 
@@ -327,7 +375,9 @@ def gelu_add(match: Match, *args: Any, x: Any, residual: Any) -> Any:
         result = lower_gelu_add(x, residual, spec)
     except Exception:
         counters[COUNTERS]["gelu_add_fallback"] += 1
-        log.warning("gelu_add: lowering failed; stock lowerings used instead", exc_info=True)
+        log.warning(
+            "gelu_add: lowering failed; stock lowerings used instead", exc_info=True
+        )
         node = V.graph.current_node
         if GELU_ADD_META in node.meta:  # the kernel is stock's again: so is its name
             node.meta["original_aten"] = match.output_node().meta.get("original_aten")
@@ -347,7 +397,9 @@ for _approximate in APPROXIMATIONS:
                     round_dtype=_round_dtype,
                     residual_first=_residual_first,
                 ),
-                extra_check=functools.partial(_check_match, _approximate, _round_dtype, _residual_first),
+                extra_check=functools.partial(
+                    _check_match, _approximate, _round_dtype, _residual_first
+                ),
                 pass_dict=GELU_ADD_PASS,
             )(gelu_add)
 
@@ -366,7 +418,9 @@ _MOST_WARPS, _WARP = 8, 32
 def _elements_per_thread() -> int:
     from torch._inductor.runtime.hints import TRITON_MAX_BLOCK
 
-    return min(MIN_ELEM_PER_THREAD_16BIT, TRITON_MAX_BLOCK["X"] // (_MOST_WARPS * _WARP))
+    return min(
+        MIN_ELEM_PER_THREAD_16BIT, TRITON_MAX_BLOCK["X"] // (_MOST_WARPS * _WARP)
+    )
 
 
 def _runs_16bit_gelu_add(kernel: Any) -> bool:
@@ -375,13 +429,19 @@ def _runs_16bit_gelu_add(kernel: Any) -> bool:
     features = getattr(kernel, "features", None)
     if features is None:
         return False
-    numel = V.graph.sizevars.optimization_hint(features.numel * features.reduction_numel)
+    numel = V.graph.sizevars.optimization_hint(
+        features.numel * features.reduction_numel
+    )
     if numel < MIN_NUMEL_FOR_16_PER_THREAD:
         return False
     for node in features.scheduler_nodes():
         for origin in getattr(node.node, "origins", ()):
             spec = origin.meta.get(GELU_ADD_META)
-            if spec is not None and spec.round_dtype is not None and spec.out_dtype.itemsize == 2:
+            if (
+                spec is not None
+                and spec.round_dtype is not None
+                and spec.out_dtype.itemsize == 2
+            ):
                 return True
     return False
 
@@ -391,12 +451,14 @@ def raise_elements_per_thread(kernel: Any) -> None:
     pointwise config heuristic honours, as it does for fp8 casts) for a 16-bit gelu-add."""
     try:
         if _runs_16bit_gelu_add(kernel):
-            kernel.min_elem_per_thread = max(kernel.min_elem_per_thread, _elements_per_thread())
+            kernel.min_elem_per_thread = max(
+                kernel.min_elem_per_thread, _elements_per_thread()
+            )
     except Exception:  # a tuning hint only: never a reason to fail the compile
         log.debug("gelu_add: elements-per-thread hint skipped", exc_info=True)
 
 
-def matched_spec(node: torch.fx.Node) -> Optional[GeluAddSpec]:
+def matched_spec(node: torch.fx.Node) -> GeluAddSpec | None:
     """The spec of a node this pattern pass put in, else None."""
     target = node.target if node.op == "call_function" else None
     if getattr(target, "func", None) is gelu_add:  # functools.partial(gelu_add, match)
@@ -412,10 +474,14 @@ def gelu_add_pass(graph: torch.fx.Graph) -> None:
         GELU_ADD_PASS.apply(graph)
     except Exception:
         counters[COUNTERS]["gelu_add_pass_error"] += 1
-        log.warning("gelu_add: the pattern pass failed; matches so far are kept", exc_info=True)
+        log.warning(
+            "gelu_add: the pattern pass failed; matches so far are kept", exc_info=True
+        )
     for node in graph.nodes:
         spec = matched_spec(node)
         if spec is not None and GELU_ADD_META not in node.meta:
             node.meta[GELU_ADD_META] = spec
-            node.meta["original_aten"] = GELU_ADD_OP  # the kernel's name: ..._fused_gelu_add_...
+            node.meta["original_aten"] = (
+                GELU_ADD_OP  # the kernel's name: ..._fused_gelu_add_...
+            )
             counters[COUNTERS]["gelu_add_matched"] += 1

@@ -19,6 +19,7 @@ never a false autocast claim), counted in ``counters["inductor"]["matmul_meta_fa
 and logged (an internal error as a warning); ``TORCHINDUCTOR_STRICT_FALLBACKS=1`` raises
 instead (tests).
 """
+
 from __future__ import annotations
 
 import collections
@@ -26,9 +27,8 @@ import dataclasses
 import inspect
 import logging
 import os
-import sys
 import threading
-from typing import Any, Iterator, Optional
+from typing import Any, TYPE_CHECKING
 
 import torch
 
@@ -36,6 +36,9 @@ import torch.fx
 from torch._dynamo.utils import counters
 from torch._inductor.virtualized import V
 from torch.amp.autocast_mode import _enter_autocast, _exit_autocast
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 __all__ = [
     "MatmulMeta",
@@ -85,21 +88,23 @@ MATMUL_OPS: dict[Any, str] = {
 _BIAS_FIRST = ("addmm", "baddbmm")  # aten order (input, mat1, mat2)
 
 # Ops between a cast and the matmul that move data but keep dtype and values.
-VIEW_OPS = frozenset({
-    aten.view.default,
-    aten._unsafe_view.default,
-    aten.reshape.default,
-    aten.permute.default,
-    aten.transpose.int,
-    aten.t.default,
-    aten.expand.default,
-    aten.unsqueeze.default,
-    aten.squeeze.default,
-    aten.squeeze.dim,
-    aten.squeeze.dims,
-    aten.clone.default,
-    aten.alias.default,
-})
+VIEW_OPS = frozenset(
+    {
+        aten.view.default,
+        aten._unsafe_view.default,
+        aten.reshape.default,
+        aten.permute.default,
+        aten.transpose.int,
+        aten.t.default,
+        aten.expand.default,
+        aten.unsqueeze.default,
+        aten.squeeze.default,
+        aten.squeeze.dim,
+        aten.squeeze.dims,
+        aten.clone.default,
+        aten.alias.default,
+    }
+)
 _HALF = (torch.float16, torch.bfloat16)
 _AUTOCAST_DEVICES = ("cuda", "cpu", "xpu", "mps", "hpu", "mtia")
 _CALL_OPS = ("call_function", "call_method", "call_module")
@@ -114,18 +119,24 @@ def _count(what: str) -> None:
     counters[COUNTERS][what] += 1
 
 
-def _fallback(reason: str, detail: Any = "") -> None:
+def _fallback(reason: str, detail: Any, error: Exception) -> None:
     """Count and log a place where stock behaviour stands (re-raise when strict): a graph
     this does not read at debug level, an internal error as a warning."""
     _count(f"matmul_meta_fallback:{reason}")
-    error = sys.exc_info()[1]
-    if error is None or isinstance(error, _Unsupported):
-        log.debug("matmul_meta: %s %s: stock behaviour kept", reason, detail, exc_info=True)
+    if isinstance(error, _Unsupported):
+        log.debug(
+            "matmul_meta: %s %s: stock behaviour kept", reason, detail, exc_info=error
+        )
     else:
-        log.warning("matmul_meta: %s %s: stock behaviour kept after an internal error: %s: %s",
-                    reason, detail, type(error).__name__, error)
+        log.warning(
+            "matmul_meta: %s %s: stock behaviour kept after an internal error: %s: %s",
+            reason,
+            detail,
+            type(error).__name__,
+            error,
+        )
     if strict_fallbacks():
-        raise
+        raise error
 
 
 class _Unsupported(Exception):
@@ -140,9 +151,9 @@ class _Unsupported(Exception):
 class MatmulMeta:
     op: str  # "mm" | "addmm" | "bmm" | "baddbmm"
     # fp16/bf16 when autocast set this matmul's compute dtype, else None
-    autocast_dtype: Optional[torch.dtype]
+    autocast_dtype: torch.dtype | None
     # device type of that autocast ("cuda", "cpu"); None when autocast_dtype is None
-    autocast_device: Optional[str]
+    autocast_device: str | None
     source: str  # "autocast" | "user_cast" | "none"
     # operand dtypes before the casts (and views) in front of the matmul: (mat1, mat2[, bias])
     input_dtypes: tuple[torch.dtype, ...]
@@ -168,7 +179,7 @@ class MatmulMeta:
         )
 
 
-def _dtype_name(dtype: Optional[torch.dtype]) -> Optional[str]:
+def _dtype_name(dtype: torch.dtype | None) -> str | None:
     return None if dtype is None else str(dtype).removeprefix("torch.")
 
 
@@ -177,7 +188,7 @@ _DTYPES_BY_NAME = {
 }
 
 
-def tensor_val(node: Any) -> Optional[torch.Tensor]:
+def tensor_val(node: Any) -> torch.Tensor | None:
     if not isinstance(node, torch.fx.Node):
         return None
     val = node.meta.get("val")
@@ -192,9 +203,13 @@ def _operands(node: torch.fx.Node) -> tuple[Any, ...]:
     return (node.args[0], node.args[1])
 
 
-def _cast_input(node: Any) -> Optional[torch.fx.Node]:
+def _cast_input(node: Any) -> torch.fx.Node | None:
     """The tensor that ``node`` casts to another dtype (same device), else None."""
-    if not isinstance(node, torch.fx.Node) or node.op != "call_function" or not node.args:
+    if (
+        not isinstance(node, torch.fx.Node)
+        or node.op != "call_function"
+        or not node.args
+    ):
         return None
     if node.target is prims.convert_element_type.default:
         pass
@@ -210,7 +225,7 @@ def _cast_input(node: Any) -> Optional[torch.fx.Node]:
     return src
 
 
-def cast_source(node: torch.fx.Node, i: int) -> Optional[torch.fx.Node]:
+def cast_source(node: torch.fx.Node, i: int) -> torch.fx.Node | None:
     """The pre-cast fx node feeding ``node.args[i]`` when that argument is a dtype cast.
 
     ``i`` indexes ``node.args`` (for addmm/baddbmm 0 is the bias). A cast is
@@ -229,8 +244,12 @@ def _before_casts(node: Any) -> tuple[torch.dtype, bool]:
         src = _cast_input(node)
         if src is not None:
             node, cast = src, True
-        elif (isinstance(node, torch.fx.Node) and node.op == "call_function"
-              and node.target in VIEW_OPS and isinstance(node.args[0], torch.fx.Node)):
+        elif (
+            isinstance(node, torch.fx.Node)
+            and node.op == "call_function"
+            and node.target in VIEW_OPS
+            and isinstance(node.args[0], torch.fx.Node)
+        ):
             node = node.args[0]
         else:
             break
@@ -240,7 +259,7 @@ def _before_casts(node: Any) -> tuple[torch.dtype, bool]:
     return val.dtype, cast
 
 
-def _region(node: torch.fx.Node) -> dict[str, Optional[str]]:
+def _region(node: torch.fx.Node) -> dict[str, str | None]:
     custom = node.meta.get("custom")
     state = custom.get(AUTOCAST_REGION_KEY) if isinstance(custom, dict) else None
     return dict(state) if state else {}
@@ -318,7 +337,7 @@ def _enabled() -> bool:
     return config.autocast_matmul_meta
 
 
-def get_matmul_meta(node: torch.fx.Node) -> Optional[MatmulMeta]:
+def get_matmul_meta(node: torch.fx.Node) -> MatmulMeta | None:
     """The MatmulMeta of a post-grad aten matmul node, or None.
 
     Set by the post-grad pre pass; a matmul node made after it (a post-grad pattern
@@ -335,8 +354,8 @@ def get_matmul_meta(node: torch.fx.Node) -> Optional[MatmulMeta]:
         return None
     try:
         meta = compute_matmul_meta(node)
-    except Exception:
-        _fallback("compute", node)
+    except Exception as e:
+        _fallback("compute", node, e)
         return None
     node.meta[MATMUL_META_KEY] = meta
     return meta
@@ -373,14 +392,17 @@ def _entered(state: _State, node: torch.fx.Node) -> _State:
     new = dict(state)
     if enabled:
         # torch.autocast(dtype=None) takes the device's default when entered
-        new[device_type] = _dtype_name(dtype if dtype is not None
-                                       else torch.get_autocast_dtype(device_type))
+        new[device_type] = _dtype_name(
+            dtype if dtype is not None else torch.get_autocast_dtype(device_type)
+        )
     else:
         new[device_type] = None
     return tuple(sorted(new.items()))
 
 
-def _subgraphs(gm: torch.fx.GraphModule, node: torch.fx.Node) -> Iterator[torch.fx.GraphModule]:
+def _subgraphs(
+    gm: torch.fx.GraphModule, node: torch.fx.Node
+) -> Iterator[torch.fx.GraphModule]:
     """Graph modules a HOP call runs (its get_attr arguments)."""
     flat: list[Any] = []
     torch.fx.node.map_arg((node.args, node.kwargs), flat.append)
@@ -393,8 +415,12 @@ def _subgraphs(gm: torch.fx.GraphModule, node: torch.fx.Node) -> Iterator[torch.
                 yield obj
 
 
-def _plan_regions(gm: torch.fx.GraphModule, state: _State,
-                  plan: dict[torch.fx.Node, _State], seen: dict[int, _State]) -> None:
+def _plan_regions(
+    gm: torch.fx.GraphModule,
+    state: _State,
+    plan: dict[torch.fx.Node, _State],
+    seen: dict[int, _State],
+) -> None:
     stack: list[_State] = []
     for node in gm.graph.nodes:
         if node.op == "call_function" and node.target is _enter_autocast:
@@ -414,7 +440,9 @@ def _plan_regions(gm: torch.fx.GraphModule, state: _State,
             if id(sub) in seen:
                 if seen[id(sub)] != state:
                     # one body called under two autocast states: no single label is true
-                    raise _Unsupported(f"{node}: subgraph shared by two autocast regions")
+                    raise _Unsupported(
+                        f"{node}: subgraph shared by two autocast regions"
+                    )
                 continue
             seen[id(sub)] = state
             _plan_regions(sub, state, plan, seen)
@@ -439,7 +467,14 @@ def annotate_autocast_regions(gm: torch.fx.GraphModule) -> int:
 
 def _region_marks(gm: torch.fx.GraphModule) -> tuple:
     marks = []
-    for module in (gm, *(m for m in gm.modules() if m is not gm and isinstance(m, torch.fx.GraphModule))):
+    for module in (
+        gm,
+        *(
+            m
+            for m in gm.modules()
+            if m is not gm and isinstance(m, torch.fx.GraphModule)
+        ),
+    ):
         for node in module.graph.nodes:
             custom = node.meta.get("custom")
             if isinstance(custom, dict) and custom.get(AUTOCAST_REGION_KEY):
@@ -462,8 +497,8 @@ def mark_autocast_regions(gm: torch.fx.GraphModule) -> None:
     try:
         count = annotate_autocast_regions(gm)
         log.debug("matmul_meta: marked %d nodes with their autocast state", count)
-    except Exception:
-        _fallback("autocast_regions", type(gm).__name__)
+    except Exception as e:
+        _fallback("autocast_regions", type(gm).__name__, e)
 
 
 def set_cache_key_meta(gm: Any) -> None:
@@ -471,7 +506,7 @@ def set_cache_key_meta(gm: Any) -> None:
     try:
         _set_cache_key_meta(gm)
     except Exception as e:
-        _fallback("cache_key", gm)
+        _fallback("cache_key", gm, e)
         from torch._inductor.codecache import BypassFxGraphCache
 
         # a key without the regions could serve another region's code: no caching
@@ -488,9 +523,9 @@ def annotate_matmuls(graph: torch.fx.Graph) -> None:
         if node.op == "call_function" and node.target in MATMUL_OPS:
             try:
                 node.meta[MATMUL_META_KEY] = compute_matmul_meta(node)
-            except Exception:
+            except Exception as e:
                 node.meta.pop(MATMUL_META_KEY, None)
-                _fallback("compute", node)
+                _fallback("compute", node, e)
 
 
 # ---------------------------------------------------------------------------
@@ -515,7 +550,9 @@ class _GraphRecord:
         self.metas: dict[str, MatmulMeta] = {}
 
     def snapshot(self) -> CompiledGraphMatmuls:
-        return CompiledGraphMatmuls(self.graph, tuple(self.metas), tuple(self.metas.values()))
+        return CompiledGraphMatmuls(
+            self.graph, tuple(self.metas), tuple(self.metas.values())
+        )
 
 
 _RECENT_GRAPHS = 32
@@ -524,7 +561,7 @@ _recent_lock = threading.Lock()
 _RECORD_ATTR = "_matmul_meta_record"
 
 
-def recent_matmul_metas(graphs: Optional[int] = None) -> list[CompiledGraphMatmuls]:
+def recent_matmul_metas(graphs: int | None = None) -> list[CompiledGraphMatmuls]:
     """The matmuls of the most recently compiled graphs, oldest first.
 
     One entry per graph Inductor lowered with at least one matmul (forward and
@@ -559,8 +596,12 @@ def _record(node: torch.fx.Node, meta: MatmulMeta) -> None:
             _recent.append(record)
     if node.name not in record.metas:
         record.metas[node.name] = meta
-        meta_log.debug("matmul_meta: %s graph, node %s: %s", record.graph, node.name,
-                       meta.describe())
+        meta_log.debug(
+            "matmul_meta: %s graph, node %s: %s",
+            record.graph,
+            node.name,
+            meta.describe(),
+        )
 
 
 def _innermost(ir_node: Any) -> Any:
@@ -575,7 +616,9 @@ def _innermost(ir_node: Any) -> Any:
     return ir_node
 
 
-def attach_matmul_meta(result: Any, node: Optional[torch.fx.Node] = None) -> Optional[MatmulMeta]:
+def attach_matmul_meta(
+    result: Any, node: torch.fx.Node | None = None
+) -> MatmulMeta | None:
     """Set ``matmul_meta`` on the IR a matmul lowering returned, record and log it.
 
     ``node`` defaults to the fx node being lowered. A lowering that returns its own IR
@@ -599,14 +642,17 @@ def attach_lowered_matmul_meta(result: Any, node: Any) -> None:
     """After the lowering of graph node ``node``: its MatmulMeta onto the IR, unless the
     lowering attached it itself (to the buffer it computes)."""
     try:
-        if not (isinstance(node, torch.fx.Node) and node.op == "call_function"
-                and node.target in MATMUL_OPS):
+        if not (
+            isinstance(node, torch.fx.Node)
+            and node.op == "call_function"
+            and node.target in MATMUL_OPS
+        ):
             return
         record = getattr(V.graph, _RECORD_ATTR, None)
         if record is None or node.name not in record.metas:
             attach_matmul_meta(result, node)
-    except Exception:
-        _fallback("attach", getattr(node, "target", node))
+    except Exception as e:
+        _fallback("attach", getattr(node, "target", node), e)
 
 
 # ---------------------------------------------------------------------------
@@ -615,14 +661,16 @@ def attach_lowered_matmul_meta(result: Any, node: Any) -> None:
 _EMITTED_ATTR = "_matmul_meta_emitted"
 
 
-def _ir_meta(ir_node: Any) -> Optional[MatmulMeta]:
+def _ir_meta(ir_node: Any) -> MatmulMeta | None:
     meta = getattr(ir_node, "matmul_meta", None)
     if meta is None:  # a ComputedBuffer around a lowering's Pointwise
         meta = getattr(getattr(ir_node, "data", None), "matmul_meta", None)
     return meta if isinstance(meta, MatmulMeta) else None
 
 
-def _pending_comments(snode: Any, emitted: set[str]) -> list[tuple[torch.fx.Node, MatmulMeta]]:
+def _pending_comments(
+    snode: Any, emitted: set[str]
+) -> list[tuple[torch.fx.Node, MatmulMeta]]:
     """Matmuls computed by this scheduler node whose comment is not written yet."""
     pending: dict[torch.fx.Node, MatmulMeta] = {}
     for sub in snode.get_nodes():
@@ -636,7 +684,9 @@ def _pending_comments(snode: Any, emitted: set[str]) -> list[tuple[torch.fx.Node
             meta = origin.meta.get(MATMUL_META_KEY)
             if isinstance(meta, MatmulMeta) and origin.name not in emitted:
                 pending[origin] = meta
-    order = {n: i for i, n in enumerate(next(iter(pending)).graph.nodes)} if pending else {}
+    order = (
+        {n: i for i, n in enumerate(next(iter(pending)).graph.nodes)} if pending else {}
+    )
     return sorted(pending.items(), key=lambda item: order.get(item[0], 0))
 
 
@@ -647,13 +697,17 @@ def write_matmul_comments(scheduler: Any, node: Any) -> None:
         emitted = wrapper.__dict__.setdefault(_EMITTED_ATTR, set())
         pending = _pending_comments(node, emitted)
         if pending:
-            if node.get_device() is not None and (node.is_extern() or node.is_template()):
+            if node.get_device() is not None and (
+                node.is_extern() or node.is_template()
+            ):
                 # Scheduler._codegen flushes right after this for such nodes; flushing
                 # first puts the comment next to this node's call, not a previous kernel's
                 scheduler.flush()
             for fx_node, meta in pending:
                 emitted.add(fx_node.name)
-                wrapper.make_comment(f"{wrapper.comment} matmul_meta: {meta.describe()}")
+                wrapper.make_comment(
+                    f"{wrapper.comment} matmul_meta: {meta.describe()}"
+                )
                 _record(fx_node, meta)
-    except Exception:
-        _fallback("comment", node)
+    except Exception as e:
+        _fallback("comment", node, e)

@@ -11,7 +11,7 @@ One row (M = 1) lowers to a reduction over K instead (``_lower_gemv``).
 
 The plan (path, operands cast in the kernel, tile configs) comes from
 kernel/mm_tensorcore_plan.py and reaches the template's heuristic
-(template_heuristics/tensorcore_mm.py) with the kernel inputs. A matmul it does not pay
+(heuristics/template/tensorcore_mm.py) with the kernel inputs. A matmul it does not pay
 for and any input it does not handle return None: the stock lowering runs,
 counted in ``counters["inductor"]["tensorcore_mm_fallback:<reason>"]`` (or ``..._stock:``
 where stock is the better choice). A graph whose compile fails after it lowered
@@ -20,6 +20,7 @@ templates (a kernel the driver cannot load) is compiled again with the stock low
 the template's configs are autotuned against the stock path as a subgraph of the same
 fp32 inputs.
 """
+
 from __future__ import annotations
 
 import contextvars
@@ -28,9 +29,10 @@ import functools
 import logging
 import operator
 import pathlib
-from typing import Any, Callable, Optional
+from typing import Any, TYPE_CHECKING
 
 import sympy
+
 import torch
 from torch._dynamo.utils import counters
 from torch._inductor import config as inductor_config, ir
@@ -50,6 +52,9 @@ from ..fx_passes import matmul_meta
 from ..fx_passes.matmul_meta import strict_fallbacks, tensor_val as _val, VIEW_OPS
 from . import mm_tensorcore_plan as planner
 
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
 log = logging.getLogger(__name__)
 
 
@@ -62,8 +67,9 @@ _TEMPLATE_DIR = pathlib.Path(__file__).parent / "templates"
 
 def _template(name: str, grid: Any) -> TritonTemplate:
     source = load_template("tensorcore_mm", _TEMPLATE_DIR)
-    return TritonTemplate(name=name, grid=grid, source=source,
-                          cache_codegen_enabled_for_template=True)
+    return TritonTemplate(
+        name=name, grid=grid, source=source, cache_codegen_enabled_for_template=True
+    )
 
 
 @SymbolicGridFn
@@ -79,11 +85,14 @@ tensorcore_bmm_template = _template("tensorcore_bmm", bmm_grid)
 
 def _round(x: Any, dtype: torch.dtype) -> Any:
     # to the 16-bit dtype and back: the value eager autocast holds in memory
-    return V.ops.to_dtype(V.ops.to_dtype(x, dtype, use_compute_types=False), torch.float32)
+    return V.ops.to_dtype(
+        V.ops.to_dtype(x, dtype, use_compute_types=False), torch.float32
+    )
 
 
-def tensorcore_epilogue(out_dtype: torch.dtype, alpha: Any, beta: Any,
-                        has_bias: bool) -> Callable[..., Any]:
+def tensorcore_epilogue(
+    out_dtype: torch.dtype, alpha: Any, beta: Any, has_bias: bool
+) -> Callable[..., Any]:
     """acc -> the value eager autocast stores: alpha·acc + beta·bias, rounded once.
 
     An fp32 bias is first rounded to ``out_dtype``, as autocast casts it.
@@ -105,7 +114,7 @@ def tensorcore_epilogue(out_dtype: torch.dtype, alpha: Any, beta: Any,
 # --------------------------------------------------------------------------- lowering
 
 # aten op -> (op name, index of the bias or None, indices of mat1 and mat2)
-_OPS: dict[Any, tuple[str, Optional[int], int, int]] = {
+_OPS: dict[Any, tuple[str, int | None, int, int]] = {
     aten.mm.default: ("mm", None, 0, 1),
     aten.addmm.default: ("addmm", 0, 1, 2),
     aten.bmm.default: ("bmm", None, 0, 1),
@@ -126,13 +135,14 @@ class _Decline(Exception):
 class TensorCoreMMKernelInputs(MMKernelInputs):
     """The template's inputs with the configs the plan chose for them."""
 
-    def __init__(self, input_nodes: list[Any], configs: list[planner.TileConfig],
-                 **kwargs: Any) -> None:
+    def __init__(
+        self, input_nodes: list[Any], configs: list[planner.TileConfig], **kwargs: Any
+    ) -> None:
         super().__init__(input_nodes, **kwargs)
         self.configs = configs
 
 
-def current_device_model(device: torch.device) -> Optional[planner.DeviceModel]:
+def current_device_model(device: torch.device) -> planner.DeviceModel | None:
     """The cost model's view of ``device`` from its properties; None off CUDA."""
     if device.type != "cuda":
         return None
@@ -150,7 +160,8 @@ def _force() -> planner.Force:
     return planner.Force(
         path=inductor_config.tensorcore_mm_force_path,
         fused=inductor_config.tensorcore_mm_force_fused,
-        config=planner.TileConfig(**config) if config is not None else None)
+        config=planner.TileConfig(**config) if config is not None else None,
+    )
 
 
 def _count(key: str) -> None:
@@ -160,8 +171,9 @@ def _count(key: str) -> None:
 class _Source:
     """The fp32 tensor behind a matmul operand: ``views(cast(src))``."""
 
-    def __init__(self, src: torch.fx.Node, cast: torch.fx.Node,
-                 views: list[torch.fx.Node]) -> None:
+    def __init__(
+        self, src: torch.fx.Node, cast: torch.fx.Node, views: list[torch.fx.Node]
+    ) -> None:
         self.src, self.cast, self.views = src, cast, views
 
     @property
@@ -192,15 +204,21 @@ def _lowered(node: torch.fx.Node, depth: int = 0) -> Any:
         return env[node]
     if node.op == "placeholder":
         return V.graph.graph_inputs.get(node.target)
-    if (depth < 8 and node.op == "call_function" and node.target in VIEW_OPS
-            and isinstance(node.args[0], torch.fx.Node)):
+    if (
+        depth < 8
+        and node.op == "call_function"
+        and node.target in VIEW_OPS
+        and isinstance(node.args[0], torch.fx.Node)
+    ):
         inner = _lowered(node.args[0], depth + 1)
         if inner is not None:
             return lowerings[node.target](inner, *node.args[1:], **node.kwargs)
     return None
 
 
-def _source(node: torch.fx.Node, i: int, dtype: torch.dtype, meta_mod: Any) -> Optional[_Source]:
+def _source(
+    node: torch.fx.Node, i: int, dtype: torch.dtype, meta_mod: Any
+) -> _Source | None:
     """The fp32 source of ``node.args[i]`` when that is ``views(cast(fp32 tensor))``.
 
     matmul_meta's ``cast_source`` finds the cast; the views in between (F.linear's
@@ -213,7 +231,11 @@ def _source(node: torch.fx.Node, i: int, dtype: torch.dtype, meta_mod: Any) -> O
     cast_val, src_val = _val(arg), _val(src)
     if src is None or cast_val is None or src_val is None:
         return None
-    if cast_val.dtype != dtype or src_val.dtype != torch.float32 or src_val.device.type != "cuda":
+    if (
+        cast_val.dtype != dtype
+        or src_val.dtype != torch.float32
+        or src_val.device.type != "cuda"
+    ):
         return None
     return _Source(src, arg, views)
 
@@ -223,8 +245,9 @@ def _materialized(x: Any) -> bool:
     return ir.is_storage_and_layout(x)
 
 
-def _operand(node: torch.fx.Node, i: int, given: Any, dtype: torch.dtype,
-             meta_mod: Any) -> tuple[Any, Optional[Any], bool]:
+def _operand(
+    node: torch.fx.Node, i: int, given: Any, dtype: torch.dtype, meta_mod: Any
+) -> tuple[Any, Any | None, bool]:
     """(16-bit IR as given, fp32 IR or None, cast shared) of operand ``i``."""
     src = _source(node, i, dtype, meta_mod)
     if src is None:
@@ -236,7 +259,9 @@ def _operand(node: torch.fx.Node, i: int, given: Any, dtype: torch.dtype,
     try:
         fp32 = src.lower()
     except Exception as e:  # a view Inductor cannot re-apply: read the 16-bit cast
-        log.debug("tensorcore_mm: operand %d of %s: cannot re-apply views: %s", i, node, e)
+        log.debug(
+            "tensorcore_mm: operand %d of %s: cannot re-apply views: %s", i, node, e
+        )
         return given, None, False
     if fp32 is None or not _materialized(fp32):
         # an unrealized fp32 producer: stock fuses the cast into it and writes 16 bits
@@ -247,8 +272,13 @@ def _operand(node: torch.fx.Node, i: int, given: Any, dtype: torch.dtype,
 def _views(arg: Any) -> tuple[list[torch.fx.Node], Any]:
     """(the shape ops in front of ``arg``, outermost first, at most 8; what they view)."""
     chain = []
-    while (len(chain) < 8 and isinstance(arg, torch.fx.Node) and arg.op == "call_function"
-           and arg.target in VIEW_OPS and isinstance(arg.args[0], torch.fx.Node)):
+    while (
+        len(chain) < 8
+        and isinstance(arg, torch.fx.Node)
+        and arg.op == "call_function"
+        and arg.target in VIEW_OPS
+        and isinstance(arg.args[0], torch.fx.Node)
+    ):
         chain.append(arg)
         arg = arg.args[0]
     return chain, arg
@@ -265,8 +295,14 @@ def _constant(node: torch.fx.Node, i: int, given: Any, dtype: torch.dtype) -> bo
     """
     arg = _views(node.args[i])[1]
     val = _val(arg)
-    return (isinstance(arg, torch.fx.Node) and arg.op == "get_attr" and val is not None
-            and val.dtype == dtype and given.get_dtype() == dtype and _materialized(given))
+    return (
+        isinstance(arg, torch.fx.Node)
+        and arg.op == "get_attr"
+        and val is not None
+        and val.dtype == dtype
+        and given.get_dtype() == dtype
+        and _materialized(given)
+    )
 
 
 def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
@@ -294,15 +330,19 @@ def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
             raise _Decline(f"device:{meta.autocast_device}")
         dtype = meta.autocast_dtype
     elif meta.output_dtype in _HALF and any(
-            _source(node, i, meta.output_dtype, meta_mod) is not None for i in (a_i, b_i)):
+        _source(node, i, meta.output_dtype, meta_mod) is not None for i in (a_i, b_i)
+    ):
         # casts the user wrote (x.bfloat16() @ w.bfloat16().t()): autocast's numerics
         dtype = meta.output_dtype
     elif epilogue is not None and meta.output_dtype in _HALF:
         # a 16-bit matmul that a gelu-add closes: the template fuses it where cuBLAS cannot
         dtype = meta.output_dtype
-    elif (meta.output_dtype in _HALF and bias_i is None
-          and all(d == meta.output_dtype for d in meta.compute_dtypes)
-          and _constant(node, b_i, args[b_i], meta.output_dtype)):
+    elif (
+        meta.output_dtype in _HALF
+        and bias_i is None
+        and all(d == meta.output_dtype for d in meta.compute_dtypes)
+        and _constant(node, b_i, args[b_i], meta.output_dtype)
+    ):
         # a 16-bit mm of a frozen weight that lost autocast's marks: freezing concatenates
         # the weights of linears that share an input (Llama's w1|w3) and traces the new
         # mm anew; a cuBLAS 16-bit GEMM, fp32 accumulation, as the decode kernels
@@ -315,7 +355,11 @@ def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
         device = x.get_device()
         if device is None or device.type != "cuda":
             raise _Decline(f"device:{getattr(device, 'type', None)}")
-    if mat1.get_dtype() != dtype or mat2.get_dtype() != dtype or meta.output_dtype != dtype:
+    if (
+        mat1.get_dtype() != dtype
+        or mat2.get_dtype() != dtype
+        or meta.output_dtype != dtype
+    ):
         raise _Decline("dtype:mixed")
     if bias_i is not None and args[bias_i].get_dtype() != dtype:
         raise _Decline("dtype:mixed")
@@ -330,7 +374,9 @@ def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
     bias16 = bias32 = None
     bias_shared = False
     if bias_i is not None:
-        bias16, bias32, bias_shared = _operand(node, bias_i, args[bias_i], dtype, meta_mod)
+        bias16, bias32, bias_shared = _operand(
+            node, bias_i, args[bias_i], dtype, meta_mod
+        )
     # a frozen 16-bit weight: the decode kernels may stream it faster than cuBLAS
     weight16 = b32 is None and _constant(node, b_i, mat2, dtype)
     if a32 is None and b32 is None and epilogue is None and not weight16:
@@ -343,11 +389,20 @@ def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
     batch = int(hint(batch_dims[0])) if batch_dims else 1
     mh, nh, kh = int(hint(m)), int(hint(n)), int(hint(k))
     problem = planner.Problem(
-        op, batch, mh, nh, kh,
+        op,
+        batch,
+        mh,
+        nh,
+        kh,
         planner.Operand(batch * mh * kh, a32 is not None, a_shared),
         planner.Operand(batch * kh * nh, b32 is not None, b_shared),
-        None if bias_i is None else planner.Operand(
-            int(hint(ir.sympy_product(args[bias_i].get_size()))), bias32 is not None, bias_shared),
+        None
+        if bias_i is None
+        else planner.Operand(
+            int(hint(ir.sympy_product(args[bias_i].get_size()))),
+            bias32 is not None,
+            bias_shared,
+        ),
         epilogue,
         weight16=weight16,
     )
@@ -368,16 +423,24 @@ def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
         if not _materialized(a):
             # an x computed in front (a norm): once, not again for every column
             a = realize_inputs(a)
-        result, sums = _lower_gemv(a, b, bias, kwargs.get("alpha", 1), kwargs.get("beta", 1), dtype)
+        result, sums = _lower_gemv(
+            a, b, bias, kwargs.get("alpha", 1), kwargs.get("beta", 1), dtype
+        )
         _count("tensorcore_mm_gemv")
         if weight16:
             _count("tensorcore_mm_gemv_frozen")
-        meta_mod.attach_matmul_meta(sums, node)  # the buffer the reduction kernel computes
+        # the buffer the reduction kernel computes
+        meta_mod.attach_matmul_meta(sums, node)
         return result
     autotune = inductor_config.max_autotune or inductor_config.max_autotune_gemm
     # timing needs a live device: a compile from fake tensors alone goes by the prediction
-    measure = (the_plan.measure and not dynamic_m and not autotune
-               and inductor_config.tensorcore_mm_measure and torch.cuda.is_initialized())
+    measure = (
+        the_plan.measure
+        and not dynamic_m
+        and not autotune
+        and inductor_config.tensorcore_mm_measure
+        and torch.cuda.is_initialized()
+    )
     reread = the_plan.reason == planner.REREAD
     if the_plan.path != "template" and not measure and not (autotune and reread):
         if reread:
@@ -402,7 +465,9 @@ def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
         inputs.insert(0, realize_inputs(expand(bias, size)))
         scalars = {"alpha": kwargs.get("alpha", 1), "beta": kwargs.get("beta", 1)}
     configs = planner.template_configs(the_plan, problem, dev, autotune, force)
-    kernel_inputs = TensorCoreMMKernelInputs(inputs, configs, scalars=scalars, out_dtype=dtype)
+    kernel_inputs = TensorCoreMMKernelInputs(
+        inputs, configs, scalars=scalars, out_dtype=dtype
+    )
     template = tensorcore_bmm_template if batch_dims else tensorcore_mm_template
     name = f"tensorcore_{op}"
     choices = V.choices.get_template_configs(kernel_inputs, [template], name)
@@ -422,14 +487,28 @@ def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
             _compile_failed(f"{op} of (B, M, N, K) {shape}", e)
             raise _Decline("compile_error") from e
         # the casts' bytes only: a model that keeps the device busy hides their launches
-        saved = sum(planner.cast_seconds(o, dev) - dev.kernel_overhead for o, fused in (
-            (problem.a, the_plan.fused_a), (problem.b, the_plan.fused_b),
-            (problem.bias, the_plan.fused_bias)) if fused and o is not None and o.castable)
+        saved = sum(
+            planner.cast_seconds(o, dev) - dev.kernel_overhead
+            for o, fused in (
+                (problem.a, the_plan.fused_a),
+                (problem.b, the_plan.fused_b),
+                (problem.bias, the_plan.fused_bias),
+            )
+            if fused and o is not None and o.castable
+        )
         faster = t_template < (t_gemm + saved) * (1.0 - MEASURED_MARGIN)
-        plan_log.debug("%s %s: measured: template %s %.1f us, stock %.1f us (GEMM %.1f us + "
-                       "casts %.1f us predicted): %s", node, shape, the_plan.config,
-                       t_template * 1e6, (t_gemm + saved) * 1e6, t_gemm * 1e6, saved * 1e6,
-                       "template" if faster else "stock")
+        plan_log.debug(
+            "%s %s: measured: template %s %.1f us, stock %.1f us (GEMM %.1f us + "
+            "casts %.1f us predicted): %s",
+            node,
+            shape,
+            the_plan.config,
+            t_template * 1e6,
+            (t_gemm + saved) * 1e6,
+            t_gemm * 1e6,
+            saved * 1e6,
+            "template" if faster else "stock",
+        )
         if not faster:
             raise _Decline("measured", fallback=False)
     result, _ = autotune_select_algorithm(name, choices, kernel_inputs.nodes(), layout)
@@ -448,8 +527,9 @@ def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
     return result
 
 
-def compile_with_stock_fallback(compile_graph: Callable[..., Any], gm: torch.fx.GraphModule,
-                                *args: Any) -> Any:
+def compile_with_stock_fallback(
+    compile_graph: Callable[..., Any], gm: torch.fx.GraphModule, *args: Any
+) -> Any:
     """``compile_graph(gm, *args)``, the post-grad passes, codegen and compile of one
     graph; where that fails after the graph lowered templates, the graph again with the
     stock lowering.
@@ -465,9 +545,14 @@ def compile_with_stock_fallback(compile_graph: Callable[..., Any], gm: torch.fx.
         return compile_graph(gm, *args)
     graph = torch.fx.Graph()
     graph._codegen = gm.graph._codegen
-    graph.output(graph.graph_copy(gm.graph, {})).meta = dict(gm.graph.output_node().meta)
-    attrs = {n.target: operator.attrgetter(n.target)(gm)
-             for n in gm.graph.nodes if n.op == "get_attr"}
+    graph.output(graph.graph_copy(gm.graph, {})).meta = dict(
+        gm.graph.output_node().meta
+    )
+    attrs = {
+        n.target: operator.attrgetter(n.target)(gm)
+        for n in gm.graph.nodes
+        if n.op == "get_attr"
+    }
     meta = dict(gm.meta)
     templates: list[str] = []
     before = counters["inductor"].copy()
@@ -495,21 +580,27 @@ def _compile_failed(what: str, e: Exception) -> None:
     cause = f"{type(e).__name__}: {e}"
     report = log.debug if cause in _failed_compiles else log.warning
     _failed_compiles.add(cause)
-    report("tensorcore_mm: %s: stock lowering, the template kernel failed to compile or "
-           "load: %s", what, cause)
+    report(
+        "tensorcore_mm: %s: stock lowering, the template kernel failed to compile or "
+        "load: %s",
+        what,
+        cause,
+    )
 
 
 _failed_compiles: set[str] = set()
 # the templates lowered in the graph that compile_with_stock_fallback compiles
-_TEMPLATES: contextvars.ContextVar[Optional[list[str]]] = contextvars.ContextVar(
-    "tensorcore_mm_templates", default=None)
+_TEMPLATES: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
+    "tensorcore_mm_templates", default=None
+)
 # A measured template must beat the stock path by this much: timed alone, a template
 # kernel runs faster than among a model's other kernels.
 MEASURED_MARGIN = 0.15
 
 
-def _timings(choice: Any, kernel_inputs: MMKernelInputs, layout: Any, op: str,
-             dtype: torch.dtype) -> tuple[float, float]:
+def _timings(
+    choice: Any, kernel_inputs: MMKernelInputs, layout: Any, op: str, dtype: torch.dtype
+) -> tuple[float, float]:
     """Seconds of the template's kernel, and of the aten matmul on 16-bit tensors of the
     same sizes and strides, on this device; once per key on disk."""
     import hashlib
@@ -522,13 +613,32 @@ def _timings(choice: Any, kernel_inputs: MMKernelInputs, layout: Any, op: str,
 
     hint = V.graph.sizevars.optimization_hint
     nodes = kernel_inputs.nodes()
-    layouts = [([int(hint(s)) for s in n.get_size()], [int(hint(s)) for s in n.get_stride()])
-               for n in nodes]
-    alpha, beta = kernel_inputs._scalars.get("alpha", 1), kernel_inputs._scalars.get("beta", 1)
-    key = json.dumps([torch.cuda.get_device_name(nodes[0].get_device()), torch.__version__,
-                      triton.__version__, choice.hash_key(), op, str(dtype), layouts, alpha, beta])
-    path = os.path.join(cache_dir(), "tensorcore_mm",
-                        hashlib.sha256(key.encode()).hexdigest()[:40] + ".json")
+    layouts = [
+        ([int(hint(s)) for s in n.get_size()], [int(hint(s)) for s in n.get_stride()])
+        for n in nodes
+    ]
+    alpha, beta = (
+        kernel_inputs._scalars.get("alpha", 1),
+        kernel_inputs._scalars.get("beta", 1),
+    )
+    key = json.dumps(
+        [
+            torch.cuda.get_device_name(nodes[0].get_device()),
+            torch.__version__,
+            triton.__version__,
+            choice.hash_key(),
+            op,
+            str(dtype),
+            layouts,
+            alpha,
+            beta,
+        ]
+    )
+    path = os.path.join(
+        cache_dir(),
+        "tensorcore_mm",
+        hashlib.sha256(key.encode()).hexdigest()[:40] + ".json",
+    )
     try:
         with open(path) as f:
             cached = json.load(f)
@@ -544,9 +654,14 @@ def _timings(choice: Any, kernel_inputs: MMKernelInputs, layout: Any, op: str,
     return template, gemm
 
 
-def _measure(choice: Any, kernel_inputs: MMKernelInputs, layout: Any,
-             layouts: list[tuple[list[int], list[int]]], op: str,
-             dtype: torch.dtype) -> tuple[float, float]:
+def _measure(
+    choice: Any,
+    kernel_inputs: MMKernelInputs,
+    layout: Any,
+    layouts: list[tuple[list[int], list[int]]],
+    op: str,
+    dtype: torch.dtype,
+) -> tuple[float, float]:
     from torch._inductor.runtime.benchmarking import benchmarker
     from torch._inductor.select_algorithm import AlgorithmSelectorCache
 
@@ -560,8 +675,12 @@ def _measure(choice: Any, kernel_inputs: MMKernelInputs, layout: Any,
         return torch.randn(extent, dtype=dtype, device=device).as_strided(size, stride)
 
     args16 = [tensor16(*sl) for sl in layouts]
-    stock = _stock_fn(op, dtype, kernel_inputs._scalars.get("alpha", 1),
-                      kernel_inputs._scalars.get("beta", 1))
+    stock = _stock_fn(
+        op,
+        dtype,
+        kernel_inputs._scalars.get("alpha", 1),
+        kernel_inputs._scalars.get("beta", 1),
+    )
     return template, benchmarker.benchmark_gpu(lambda: stock(*args16)) / 1e3
 
 
@@ -572,8 +691,9 @@ def _as_fp32(x: Any, src: torch.dtype, dtype: torch.dtype) -> Any:
     return ops.to_dtype(x, torch.float32)
 
 
-def _lower_gemv(a: Any, b: Any, bias: Any, alpha: Any, beta: Any,
-                dtype: torch.dtype) -> tuple[Any, Any]:
+def _lower_gemv(
+    a: Any, b: Any, bias: Any, alpha: Any, beta: Any, dtype: torch.dtype
+) -> tuple[Any, Any]:
     """M = 1: out[0, n] = Σ_k a[0, k]·b[k, n] as an Inductor reduction over K.
 
     One kernel reads each (fp32) operand once, rounds it to ``dtype`` in registers
@@ -591,17 +711,25 @@ def _lower_gemv(a: Any, b: Any, bias: Any, alpha: Any, beta: Any,
 
     def product(index: Any, rindex: Any) -> Any:
         (i, j), (kk,) = index, rindex
-        return ops.mul(_as_fp32(a_load([i, kk]), a_dtype, dtype),
-                       _as_fp32(b_load([kk, j]), b_dtype, dtype))
+        return ops.mul(
+            _as_fp32(a_load([i, kk]), a_dtype, dtype),
+            _as_fp32(b_load([kk, j]), b_dtype, dtype),
+        )
 
     try:  # F.linear's weight: K contiguous, each output reads one row of it
         hint = ReductionHint.INNER if b.get_stride()[0] == 1 else ReductionHint.DEFAULT
-    except (NotImplementedError, AttributeError):  # an unrealized 16-bit cast: no layout yet
+    except (NotImplementedError, AttributeError):  # an unrealized 16-bit cast
         hint = ReductionHint.DEFAULT
     sums = ir.Reduction.create(
-        device=a.get_device(), dst_dtype=torch.float32, src_dtype=torch.float32,
-        inner_fn=product, ranges=[m, n], reduction_ranges=[k], reduction_type="sum",
-        reduction_hint=hint)
+        device=a.get_device(),
+        dst_dtype=torch.float32,
+        src_dtype=torch.float32,
+        inner_fn=product,
+        ranges=[m, n],
+        reduction_ranges=[k],
+        reduction_type="sum",
+        reduction_hint=hint,
+    )
     sums.realize()  # a reduction is read through its buffer; the epilogue fuses into it
     sums_load = sums.make_loader()
     epilogue = tensorcore_epilogue(dtype, alpha, beta, bias is not None)
@@ -609,14 +737,18 @@ def _lower_gemv(a: Any, b: Any, bias: Any, alpha: Any, beta: Any,
 
     def out(index: Any) -> Any:
         # the template's epilogue, written for raw values (as store_output passes them)
-        value = epilogue(sums_load(index).value, bias_load(index).value if bias_load else None)
+        value = epilogue(
+            sums_load(index).value, bias_load(index).value if bias_load else None
+        )
         return ops.to_dtype(value, dtype)
 
-    result = ir.Pointwise.create(device=a.get_device(), dtype=dtype, inner_fn=out, ranges=[m, n])
+    result = ir.Pointwise.create(
+        device=a.get_device(), dtype=dtype, inner_fn=out, ranges=[m, n]
+    )
     return result, sums
 
 
-def _gelu_add_epilogue(node: torch.fx.Node) -> Optional[Any]:
+def _gelu_add_epilogue(node: torch.fx.Node) -> Any | None:
     """The cost of the gelu-add (``config.gelu_add_fusion``) that is this matmul's only
     reader.
 
@@ -633,8 +765,12 @@ def _gelu_add_epilogue(node: torch.fx.Node) -> Optional[Any]:
         return None
     (user,) = node.users
     residual, result = _val(user.kwargs.get("residual")), _val(user)
-    if (GELU_ADD_META not in user.meta or user.kwargs.get("x") is not node
-            or residual is None or result is None):
+    if (
+        GELU_ADD_META not in user.meta
+        or user.kwargs.get("x") is not node
+        or residual is None
+        or result is None
+    ):
         return None
 
     def nbytes(t: torch.Tensor) -> int:
@@ -650,7 +786,7 @@ def _gelu_add_epilogue(node: torch.fx.Node) -> Optional[Any]:
 DYNAMIC_M_CEILING = 8192
 
 
-def _m_range(m: Any) -> tuple[int, Optional[int]]:
+def _m_range(m: Any) -> tuple[int, int | None]:
     """The smallest and largest M a symbolic M may take; the largest is None where
     nothing bounds it."""
     try:
@@ -680,7 +816,10 @@ def _range_given(m: Any) -> bool:
         for dim, c in enumerate(constraints):
             if isinstance(c, StrictMinMaxConstraint) and not c.warn_only:
                 size = fake.fake.size(dim)
-                if isinstance(size, torch.SymInt) and size.node.expr.free_symbols & symbols:
+                if (
+                    isinstance(size, torch.SymInt)
+                    and size.node.expr.free_symbols & symbols
+                ):
                     return True
     return False
 
@@ -706,6 +845,7 @@ def _plan_dynamic_m(problem: Any, dev: Any, m: Any, force: Any) -> Any:
 
 def _stock_fn(op: str, dtype: torch.dtype, alpha: Any, beta: Any) -> Callable[..., Any]:
     """The stock path on the template's inputs: autocast's casts, then the aten op."""
+
     def mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         return torch.mm(a.to(dtype), b.to(dtype))
 
@@ -713,16 +853,21 @@ def _stock_fn(op: str, dtype: torch.dtype, alpha: Any, beta: Any) -> Callable[..
         return torch.bmm(a.to(dtype), b.to(dtype))
 
     def addmm(c: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        return torch.addmm(c.to(dtype), a.to(dtype), b.to(dtype), alpha=alpha, beta=beta)
+        return torch.addmm(
+            c.to(dtype), a.to(dtype), b.to(dtype), alpha=alpha, beta=beta
+        )
 
     def baddbmm(c: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        return torch.baddbmm(c.to(dtype), a.to(dtype), b.to(dtype), alpha=alpha, beta=beta)
+        return torch.baddbmm(
+            c.to(dtype), a.to(dtype), b.to(dtype), alpha=alpha, beta=beta
+        )
 
     return {"mm": mm, "bmm": bmm, "addmm": addmm, "baddbmm": baddbmm}[op]
 
 
-def _stock_choices(op: str, kernel_inputs: MMKernelInputs, layout: Any,
-                   dtype: torch.dtype) -> list[Any]:
+def _stock_choices(
+    op: str, kernel_inputs: MMKernelInputs, layout: Any, dtype: torch.dtype
+) -> list[Any]:
     """The stock path as one more autotuning choice over the same fp32 inputs.
 
     A subgraph (Inductor's own mechanism for decompose_k) of cast + aten matmul, so
@@ -733,17 +878,25 @@ def _stock_choices(op: str, kernel_inputs: MMKernelInputs, layout: Any,
     from torch._inductor.decomposition import select_decomp_table
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    fn = _stock_fn(op, dtype, kernel_inputs._scalars.get("alpha", 1),
-                   kernel_inputs._scalars.get("beta", 1))
+    fn = _stock_fn(
+        op,
+        dtype,
+        kernel_inputs._scalars.get("alpha", 1),
+        kernel_inputs._scalars.get("beta", 1),
+    )
     with enable_python_dispatcher():
         make_graph = make_fx(fn, select_decomp_table())
         choice = SubgraphTemplate(name=f"tensorcore_{op}_stock").generate(
-            name=f"tensorcore_{op}_stock", input_nodes=kernel_inputs.nodes(), layout=layout,
-            make_fx_graph=make_graph, description="separate casts + aten matmul")
+            name=f"tensorcore_{op}_stock",
+            input_nodes=kernel_inputs.nodes(),
+            layout=layout,
+            make_fx_graph=make_graph,
+            description="separate casts + aten matmul",
+        )
     return [choice]
 
 
-def tuned_tensorcore_mm(target: Any, *args: Any, **kwargs: Any) -> Optional[Any]:
+def tuned_tensorcore_mm(target: Any, *args: Any, **kwargs: Any) -> Any | None:
     """The lowering of the graph's ``target`` node through the template (or the M = 1
     reduction), or None where the stock lowering should run."""
     try:
@@ -755,8 +908,11 @@ def tuned_tensorcore_mm(target: Any, *args: Any, **kwargs: Any) -> Optional[Any]
         _count("tensorcore_mm_fallback:internal_error")
         if strict_fallbacks():
             raise
-        log.warning("tensorcore_mm: %s: stock lowering after an internal error: %s: %s",
-                    target, type(e).__name__, e, exc_info=log.isEnabledFor(logging.DEBUG))
+        log.warning(
+            "tensorcore_mm: %s: stock lowering after an internal error: %s: %s",
+            target,
+            type(e).__name__,
+            e,
+            exc_info=log.isEnabledFor(logging.DEBUG),
+        )
     return None
-
-

@@ -36,7 +36,7 @@ register operand, A, or B when SWAP_AB), and the separate casts plus cuBLAS win.
 is predicted at least ``margin`` faster.
 
 One row (M = 1, not batched): the template would run its MMAs 1/16 full and, one
-row tile an SM, streamed the weight at 2.3 TB/s; ``gemv`` lowers it instead to an
+row tile an SM, streams the weight well below the copy rate; ``gemv`` lowers it to an
 Inductor reduction over K that reads every operand once (fp32 where that drops a
 cast), rounds in registers and sums in fp32: ``bytes/(BW·stream_gemv) + L``.
 
@@ -68,11 +68,15 @@ This module decides and nothing else: no Inductor imports. The lowering
 (kernel/mm_tensorcore.py) builds the ``Problem`` from the graph, takes the ``Plan`` and
 hands its configs to the template's heuristic with the kernel inputs.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable, Optional
+from typing import Any, TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 FP32, HALF = 4, 2
 
@@ -90,7 +94,14 @@ class DeviceSpec:
 
 # Dense 16-bit tensor-core FLOPs per SM per clock, by compute capability: an
 # architecture's property (sm_80: 312 TFLOP/s on 108 SMs at 1.41 GHz).
-TENSOR_FLOPS_PER_SM_CLOCK = {80: 2048, 86: 1024, 87: 1024, 89: 1024, 90: 4096, 100: 8192}
+TENSOR_FLOPS_PER_SM_CLOCK = {
+    80: 2048,
+    86: 1024,
+    87: 1024,
+    89: 1024,
+    90: 4096,
+    100: 8192,
+}
 MIN_CC = 80  # bf16 tensor cores; older parts keep the stock path
 # What a device achieves of its peaks: a device copy of the DRAM peak, cuBLAS's 16-bit
 # dense rate on a large GEMM of the tensor-core peak.
@@ -115,23 +126,35 @@ class DeviceModel:
     kernel_overhead: float = 3.5e-6  # s per kernel in a compiled graph
     stream: float = 0.65  # fraction of copy_bw the template streams fp32 tiles at
     eff_16bit: float = 0.66  # template compute rate / cuBLAS, both operands 16-bit
-    eff_cast_reg: float = 0.87  # one operand cast in registers (wgmma's register operand)
-    eff_cast_smem: float = 0.40  # a cast operand that must go back through shared memory
+    eff_cast_reg: float = (
+        0.87  # one operand cast in registers (wgmma's register operand)
+    )
+    eff_cast_smem: float = (
+        0.40  # a cast operand that must go back through shared memory
+    )
     margin: float = 0.10  # the template must be predicted this much faster than stock
     margin_compute: float = 0.25  # ... where it is compute-bound (eff is least certain)
-    margin_epilogue: float = 0.10  # ... where the template is chosen to fuse an Epilogue
+    margin_epilogue: float = (
+        0.10  # ... where the template is chosen to fuse an Epilogue
+    )
     # Predicted at least this much faster and bandwidth-bound, the template is chosen
     # as predicted; a smaller predicted win is measured on the device where the lowering
     # may (``Plan.measure``).
     certain: float = 1.5
-    reread_cast: float = 1.5  # L2 bytes of an operand cast in the kernel count this many times
-    stream_gemv: float = 0.85  # fraction of copy_bw the M = 1 reduction kernel streams at
+    reread_cast: float = (
+        1.5  # L2 bytes of an operand cast in the kernel count this many times
+    )
+    stream_gemv: float = (
+        0.85  # fraction of copy_bw the M = 1 reduction kernel streams at
+    )
     # A 16-bit weight stored as such (a frozen constant, ``Problem.weight16``) at decode
     # (M <= DECODE16_M_MAX): the rates at which cuBLAS, the thin-tile template (with at
     # least 1.5 tiles an SM; ``stream16_one_wave`` with fewer) and the gemv reduction
     # stream it, as fractions of copy_bw. 0 for cuBLAS leaves the 16-bit decode path off.
     stream_cublas16: float = 0.66
-    stream_cublas16_small: float = 0.50  # ... a weight under SMALL_WEIGHT16 bytes; 0: as above
+    stream_cublas16_small: float = (
+        0.50  # ... a weight under SMALL_WEIGHT16 bytes; 0: as above
+    )
     stream16: float = 0.72
     stream16_one_wave: float = 0.55
     stream_gemv16: float = 0.65
@@ -146,15 +169,20 @@ def device_spec(props: Any) -> DeviceSpec:
     """The spec of ``torch.cuda.get_device_properties`` (clocks in kHz, bus in bits)."""
     khz = 1e3
     return DeviceSpec(
-        cc=props.major * 10 + props.minor, sm_count=props.multi_processor_count,
+        cc=props.major * 10 + props.minor,
+        sm_count=props.multi_processor_count,
         smem_per_block=getattr(props, "shared_memory_per_block_optin", 0) or 48 * 1024,
         sm_clock=getattr(props, "clock_rate", 0) * khz,
         # double data rate, bus width in bits
-        dram_bw=getattr(props, "memory_clock_rate", 0) * khz * 2
-        * getattr(props, "memory_bus_width", 0) / 8)
+        dram_bw=getattr(props, "memory_clock_rate", 0)
+        * khz
+        * 2
+        * getattr(props, "memory_bus_width", 0)
+        / 8,
+    )
 
 
-def device_model(spec: DeviceSpec) -> Optional[DeviceModel]:
+def device_model(spec: DeviceSpec) -> DeviceModel | None:
     """The model of a device from what it reports, or None (no bf16 tensor cores, or
     no peak reported)."""
     if spec.cc < MIN_CC or spec.dram_bw <= 0 or spec.sm_clock <= 0:
@@ -162,9 +190,13 @@ def device_model(spec: DeviceSpec) -> Optional[DeviceModel]:
     # a newer architecture than the table knows: the newest one it does
     known = max(c for c in TENSOR_FLOPS_PER_SM_CLOCK if c <= spec.cc)
     rate = TENSOR_FLOPS_PER_SM_CLOCK.get(spec.cc, TENSOR_FLOPS_PER_SM_CLOCK[known])
-    return DeviceModel(cc=spec.cc, sm_count=spec.sm_count, smem_per_block=spec.smem_per_block,
-                       copy_bw=COPY_OF_PEAK * spec.dram_bw,
-                       mm_flops=MM_OF_PEAK * rate * spec.sm_count * spec.sm_clock)
+    return DeviceModel(
+        cc=spec.cc,
+        sm_count=spec.sm_count,
+        smem_per_block=spec.smem_per_block,
+        copy_bw=COPY_OF_PEAK * spec.dram_bw,
+        mm_flops=MM_OF_PEAK * rate * spec.sm_count * spec.sm_clock,
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -172,7 +204,9 @@ class Operand:
     """One matmul input as the cost model sees it."""
 
     numel: int
-    fp32_source: bool  # an fp32 tensor is cast to the compute dtype in front of the matmul
+    fp32_source: (
+        bool  # an fp32 tensor is cast to the compute dtype in front of the matmul
+    )
     cast_shared: bool = False  # that cast has other users: it runs whatever we do
 
     @property
@@ -201,8 +235,8 @@ class Problem:
     k: int
     a: Operand
     b: Operand
-    bias: Optional[Operand] = None
-    epilogue: Optional[Epilogue] = None
+    bias: Operand | None = None
+    epilogue: Epilogue | None = None
     # b is a 16-bit weight stored as such (a constant Inductor's freezing folded its
     # autocast cast into): the decode kernels may stream it in place of cuBLAS
     weight16: bool = False
@@ -235,17 +269,30 @@ class TileConfig:
         operands that wgmma reads from shared memory, plus 16 KB of headroom; the
         epilogue's layout change reuses the same memory (as Triton compiles for sm_90).
         """
-        stage = self.BLOCK_M * self.BLOCK_K * a_size + self.BLOCK_K * self.BLOCK_N * b_size
+        stage = (
+            self.BLOCK_M * self.BLOCK_K * a_size + self.BLOCK_K * self.BLOCK_N * b_size
+        )
         recast = 2 * self.BLOCK_K * max(self.BLOCK_M, self.BLOCK_N) * HALF
-        return max((self.num_stages - 1) * stage + recast + 16 * 1024,
-                   self.BLOCK_M * self.BLOCK_N * FP32)
+        return max(
+            (self.num_stages - 1) * stage + recast + 16 * 1024,
+            self.BLOCK_M * self.BLOCK_N * FP32,
+        )
 
     def kwargs(self) -> dict[str, Any]:
-        return dict(BLOCK_M=self.BLOCK_M, BLOCK_N=self.BLOCK_N, BLOCK_K=self.BLOCK_K,
-                    GROUP_M=self.GROUP_M, SWAP_AB=self.SWAP_AB, SPLIT_K=self.SPLIT_K,
-                    num_warps=self.num_warps, num_stages=self.num_stages)
+        return dict(
+            BLOCK_M=self.BLOCK_M,
+            BLOCK_N=self.BLOCK_N,
+            BLOCK_K=self.BLOCK_K,
+            GROUP_M=self.GROUP_M,
+            SWAP_AB=self.SWAP_AB,
+            SPLIT_K=self.SPLIT_K,
+            num_warps=self.num_warps,
+            num_stages=self.num_stages,
+        )
 
-    def workspace_bytes(self, m: Any, n: Any, ceildiv: Callable[[Any, int], Any] = None) -> Any:
+    def workspace_bytes(
+        self, m: Any, n: Any, ceildiv: Callable[[Any, int], Any] | None = None
+    ) -> Any:
         """Split-K's workspace: fp32 partials of every tile, then a semaphore per tile
         (``ceildiv`` of symbolic sizes: the caller's)."""
         if self.SPLIT_K == 1:
@@ -258,8 +305,10 @@ class TileConfig:
     def __str__(self) -> str:
         swap = " swap" if self.SWAP_AB else ""
         split = f" split{self.SPLIT_K}" if self.SPLIT_K > 1 else ""
-        return (f"{self.BLOCK_M}x{self.BLOCK_N}x{self.BLOCK_K} g{self.GROUP_M} "
-                f"w{self.num_warps} s{self.num_stages}{swap}{split}")
+        return (
+            f"{self.BLOCK_M}x{self.BLOCK_N}x{self.BLOCK_K} g{self.GROUP_M} "
+            f"w{self.num_warps} s{self.num_stages}{swap}{split}"
+        )
 
 
 def _ceildiv(a: int, b: int) -> int:
@@ -278,8 +327,9 @@ def _fits(c: TileConfig, a_size: int, b_size: int, dev: DeviceModel) -> bool:
     return c.smem_bytes(a_size, b_size) <= dev.smem_per_block
 
 
-def _with_stages(c: TileConfig, a_size: int, b_size: int, dev: DeviceModel,
-                 most: int, least: int = 2) -> Optional[TileConfig]:
+def _with_stages(
+    c: TileConfig, a_size: int, b_size: int, dev: DeviceModel, most: int, least: int = 2
+) -> TileConfig | None:
     """``c`` with the deepest pipeline in [least, most] that fits shared memory."""
     for stages in range(most, least - 1, -1):
         cand = dataclasses.replace(c, num_stages=stages)
@@ -294,16 +344,22 @@ class Force:
     ("stock", "template" or "gemv"), the operands (a, b) cast in the kernel, the tile
     config. None leaves it to the cost model."""
 
-    path: Optional[str] = None
-    fused: Optional[tuple[bool, bool]] = None
-    config: Optional[TileConfig] = None
+    path: str | None = None
+    fused: tuple[bool, bool] | None = None
+    config: TileConfig | None = None
 
 
 NO_FORCE = Force()
 
 
-def select_configs(p: Problem, dev: DeviceModel, fused_a: bool, fused_b: bool,
-                   exhaustive: bool = False, force: Force = NO_FORCE) -> list[TileConfig]:
+def select_configs(
+    p: Problem,
+    dev: DeviceModel,
+    fused_a: bool,
+    fused_b: bool,
+    exhaustive: bool = False,
+    force: Force = NO_FORCE,
+) -> list[TileConfig]:
     """Tile configs for ``p``, best first; empty when none fits shared memory.
 
     Up to 256 rows the problem streams the weight (bandwidth-bound): one or two row
@@ -326,16 +382,23 @@ def select_configs(p: Problem, dev: DeviceModel, fused_a: bool, fused_b: bool,
         base = _decode16_config(p, dev)
         variants = [base]
         if exhaustive:
-            variants.append(TileConfig(16, 64, 128, GROUP_M=8, num_warps=4, num_stages=6))
+            variants.append(
+                TileConfig(16, 64, 128, GROUP_M=8, num_warps=4, num_stages=6)
+            )
         most = base.num_stages
     elif m <= 256:
         # an fp32 weight: one row tile up to 128 rows, so it is streamed once
-        block_m = _pow2_at_least(m, 16, 128 if b_size == FP32 else 64) if m <= 128 else 128
+        block_m = (
+            _pow2_at_least(m, 16, 128 if b_size == FP32 else 64) if m <= 128 else 128
+        )
         grid_m = math.ceil(m / block_m)
         # an fp32 weight streamed by thin row tiles: at most 32 columns a tile, more tiles
         widest = 32 if b_size == FP32 and block_m <= 32 else 128
-        widths = [w for w in (128, 64, 32, 16)
-                  if w <= min(widest, max(16, _pow2_at_least(p.n, 16, 128)))]
+        widths = [
+            w
+            for w in (128, 64, 32, 16)
+            if w <= min(widest, max(16, _pow2_at_least(p.n, 16, 128)))
+        ]
         block_n = widths[-1]
         for w in widths:  # the widest tile that still gives every SM one
             if p.batch * grid_m * math.ceil(p.n / w) >= 0.9 * dev.sm_count:
@@ -353,18 +416,29 @@ def select_configs(p: Problem, dev: DeviceModel, fused_a: bool, fused_b: bool,
         tiles = p.batch * grid_m * math.ceil(p.n / block_n) * split
         shared_sm = b_size == FP32 and block_m <= 32 and tiles >= 2 * dev.sm_count
         stages = 3 if shared_sm else 6
-        base = TileConfig(block_m, block_n, block_k, GROUP_M=8, num_warps=warps,
-                          num_stages=stages, SPLIT_K=split)
+        base = TileConfig(
+            block_m,
+            block_n,
+            block_k,
+            GROUP_M=8,
+            num_warps=warps,
+            num_stages=stages,
+            SPLIT_K=split,
+        )
         variants = [base]
         if exhaustive:
             variants += [
                 dataclasses.replace(base, BLOCK_N=max(16, block_n // 2)),
                 dataclasses.replace(base, BLOCK_N=min(128, block_n * 2)),
                 dataclasses.replace(base, BLOCK_K=max(32, block_k // 2)),
-                dataclasses.replace(base, SWAP_AB=True, SPLIT_K=1, BLOCK_N=max(64, block_n)),
+                dataclasses.replace(
+                    base, SWAP_AB=True, SPLIT_K=1, BLOCK_N=max(64, block_n)
+                ),
             ]
             if p.batch == 1:
-                variants.append(dataclasses.replace(base, SPLIT_K=1 if base.SPLIT_K > 1 else 2))
+                variants.append(
+                    dataclasses.replace(base, SPLIT_K=1 if base.SPLIT_K > 1 else 2)
+                )
             variants += [
                 dataclasses.replace(base, num_warps=12 - warps),
             ]
@@ -372,14 +446,27 @@ def select_configs(p: Problem, dev: DeviceModel, fused_a: bool, fused_b: bool,
     else:
         swap = fused_b and not fused_a
         wide = p.n >= 4096 and m >= 1024 and not (fused_a or fused_b)
-        base = TileConfig(128, 256 if wide else 128, 64, GROUP_M=8, num_warps=8,
-                          num_stages=4, SWAP_AB=swap)
+        base = TileConfig(
+            128,
+            256 if wide else 128,
+            64,
+            GROUP_M=8,
+            num_warps=8,
+            num_stages=4,
+            SWAP_AB=swap,
+        )
         variants = [base]
         # only the weight cast in the kernel, as wgmma's register operand: 256-row tiles
         # halve the times its fp32 tiles are re-read, with at least 3 stages
         if swap and m >= 1024:
-            tall = _with_stages(dataclasses.replace(base, BLOCK_M=256), a_size, b_size, dev,
-                                most=4, least=3)
+            tall = _with_stages(
+                dataclasses.replace(base, BLOCK_M=256),
+                a_size,
+                b_size,
+                dev,
+                most=4,
+                least=3,
+            )
             if tall is not None:  # default mode yields one config
                 variants = [tall] + variants if exhaustive else [tall]
         if exhaustive:
@@ -414,15 +501,25 @@ def _decode16_config(p: Problem, dev: DeviceModel) -> TileConfig:
         k_steps = math.ceil(p.k / block_k)
         while split < 4 and tiles * split < 1.5 * dev.sm_count and k_steps >= 8 * split:
             split *= 2
-    return TileConfig(16, block_n, block_k, GROUP_M=8, num_warps=4,
-                      num_stages=4 if wide else 3, SPLIT_K=split)
+    return TileConfig(
+        16,
+        block_n,
+        block_k,
+        GROUP_M=8,
+        num_warps=4,
+        num_stages=4 if wide else 3,
+        SPLIT_K=split,
+    )
 
 
 MAX_SPLIT_K = 8
-MAX_SPLIT_PARTIALS = 8 << 20  # bytes of fp32 partials, zeroed with the semaphores each call
+# bytes of fp32 partials, zeroed with the semaphores each call
+MAX_SPLIT_PARTIALS = 8 << 20
 
 
-def _split_k(p: Problem, dev: DeviceModel, block_m: int, block_n: int, block_k: int) -> int:
+def _split_k(
+    p: Problem, dev: DeviceModel, block_m: int, block_n: int, block_k: int
+) -> int:
     """Split K when the tiles alone would leave SMs idle (small M and N; not batched)."""
     tiles = p.batch * math.ceil(max(1, p.m) / block_m) * math.ceil(p.n / block_n)
     if p.batch != 1 or tiles >= 0.75 * dev.sm_count:
@@ -431,8 +528,11 @@ def _split_k(p: Problem, dev: DeviceModel, block_m: int, block_n: int, block_k: 
     split = 1
     # one wave of programs (a second wave costs more than the split saves), and at
     # least 8 steps of K a split (fewer do not pay for zeroing the workspace)
-    while (split < MAX_SPLIT_K and tiles * split * 2 <= dev.sm_count
-           and k_steps >= 8 * split * 2):
+    while (
+        split < MAX_SPLIT_K
+        and tiles * split * 2 <= dev.sm_count
+        and k_steps >= 8 * split * 2
+    ):
         split *= 2
     cfg = TileConfig(block_m, block_n, block_k, 8, 4, 2, SPLIT_K=split)
     while split > 1 and cfg.workspace_bytes(p.m, p.n) > MAX_SPLIT_PARTIALS:
@@ -447,7 +547,7 @@ class Prediction:
     seconds: float
     fused_a: bool = False
     fused_b: bool = False
-    config: Optional[TileConfig] = None
+    config: TileConfig | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -457,7 +557,7 @@ class Plan:
     fused_a: bool = False
     fused_b: bool = False
     fused_bias: bool = False
-    config: Optional[TileConfig] = None
+    config: TileConfig | None = None
     predictions: tuple[Prediction, ...] = ()
     # uncertain: the template (``config``, operands as above) and the stock path are
     # timed on the device and the faster taken; ``path`` is the prediction's choice
@@ -475,11 +575,15 @@ def cast_seconds(op: Operand, dev: DeviceModel) -> float:
     return op.numel * (FP32 + HALF) / dev.copy_bw + dev.kernel_overhead
 
 
-def _template_terms(p: Problem, dev: DeviceModel, fused_a: bool, fused_b: bool,
-                    config: TileConfig) -> dict[str, float]:
+def _template_terms(
+    p: Problem, dev: DeviceModel, fused_a: bool, fused_b: bool, config: TileConfig
+) -> dict[str, float]:
     """The terms of ``template(S)`` in the module docstring, in seconds."""
-    casts = sum(cast_seconds(op, dev) for op, fused in ((p.a, fused_a), (p.b, fused_b))
-                if op.castable and not fused)
+    casts = sum(
+        cast_seconds(op, dev)
+        for op, fused in ((p.a, fused_a), (p.b, fused_b))
+        if op.castable and not fused
+    )
     grid_m = math.ceil(p.m / config.BLOCK_M)
     grid_n = math.ceil(p.n / config.BLOCK_N)
     out_bytes = p.batch * p.m * p.n * HALF
@@ -518,11 +622,17 @@ def _template_terms(p: Problem, dev: DeviceModel, fused_a: bool, fused_b: bool,
         # a 128-wide tile an SM streams as fast as several (``_decode16_config``)
         programs = _tiles(p, config) * config.SPLIT_K
         many = programs >= 1.5 * dev.sm_count or (
-            config.BLOCK_N >= 128 and programs >= 0.75 * dev.sm_count)
+            config.BLOCK_N >= 128 and programs >= 0.75 * dev.sm_count
+        )
         stream = dev.stream16 if many else dev.stream16_one_wave
-    return dict(casts=casts, compute=p.flops / (dev.mm_flops * eff),
-                dram=dram / (dev.copy_bw * stream * util), l2=l2 / dev.l2_rate,
-                epilogue=epilogue, overhead=overhead)
+    return dict(
+        casts=casts,
+        compute=p.flops / (dev.mm_flops * eff),
+        dram=dram / (dev.copy_bw * stream * util),
+        l2=l2 / dev.l2_rate,
+        epilogue=epilogue,
+        overhead=overhead,
+    )
 
 
 def _epilogue_kernel_time(p: Problem, dev: DeviceModel) -> float:
@@ -534,8 +644,13 @@ def _epilogue_kernel_time(p: Problem, dev: DeviceModel) -> float:
     return moved / dev.copy_bw + dev.kernel_overhead
 
 
-def predict(p: Problem, dev: DeviceModel, fused_a: Optional[bool] = None,
-            fused_b: Optional[bool] = None, config: Optional[TileConfig] = None) -> float:
+def predict(
+    p: Problem,
+    dev: DeviceModel,
+    fused_a: bool | None = None,
+    fused_b: bool | None = None,
+    config: TileConfig | None = None,
+) -> float:
     """Predicted seconds: the stock path when ``fused_a`` is None, else the template."""
     if fused_a is None:
         ops = p.operands
@@ -546,17 +661,28 @@ def predict(p: Problem, dev: DeviceModel, fused_a: Optional[bool] = None,
             # cuBLAS streams small 16-bit weights at decode slower than large ones
             small = p.b.numel * HALF < SMALL_WEIGHT16 and dev.stream_cublas16_small > 0
             stream = dev.stream_cublas16_small if small else dev.stream_cublas16
-        return (casts + max(p.flops / dev.mm_flops, bytes16 / (dev.copy_bw * stream))
-                + dev.kernel_overhead + _epilogue_kernel_time(p, dev))
+        return (
+            casts
+            + max(p.flops / dev.mm_flops, bytes16 / (dev.copy_bw * stream))
+            + dev.kernel_overhead
+            + _epilogue_kernel_time(p, dev)
+        )
     assert config is not None and fused_b is not None
     t = _template_terms(p, dev, fused_a, fused_b, config)
-    return t["casts"] + max(t["compute"], t["dram"], t["l2"]) + t["epilogue"] + t["overhead"]
+    return (
+        t["casts"]
+        + max(t["compute"], t["dram"], t["l2"])
+        + t["epilogue"]
+        + t["overhead"]
+    )
 
 
 def predict_gemv(p: Problem, dev: DeviceModel) -> float:
     """M = 1 as a reduction over K (``gemv``): every operand read once, as it is stored."""
     ops = p.operands
-    casts = sum(cast_seconds(op, dev) for op in ops if op.fp32_source and op.cast_shared)
+    casts = sum(
+        cast_seconds(op, dev) for op in ops if op.fp32_source and op.cast_shared
+    )
     read = sum(op.numel * (FP32 if op.castable else HALF) for op in ops)
     stream = dev.stream_gemv
     if decode16(p, dev):
@@ -579,8 +705,13 @@ def decode16(p: Problem, dev: DeviceModel) -> bool:
     thin-tile template
     stream it with no cast to fuse. Not batched and nothing to fuse after it.
     """
-    return (p.weight16 and dev.stream_cublas16 > 0 and p.batch == 1
-            and p.m <= DECODE16_M_MAX and p.epilogue is None)
+    return (
+        p.weight16
+        and dev.stream_cublas16 > 0
+        and p.batch == 1
+        and p.m <= DECODE16_M_MAX
+        and p.epilogue is None
+    )
 
 
 def gemv_applies(p: Problem) -> bool:
@@ -588,8 +719,9 @@ def gemv_applies(p: Problem) -> bool:
     return p.m == 1 and p.batch == 1 and p.epilogue is None
 
 
-def compute_bound(p: Problem, dev: DeviceModel, fused_a: bool, fused_b: bool,
-                  config: TileConfig) -> bool:
+def compute_bound(
+    p: Problem, dev: DeviceModel, fused_a: bool, fused_b: bool, config: TileConfig
+) -> bool:
     t = _template_terms(p, dev, fused_a, fused_b, config)
     return t["compute"] >= max(t["dram"], t["l2"])
 
@@ -597,8 +729,9 @@ def compute_bound(p: Problem, dev: DeviceModel, fused_a: bool, fused_b: bool,
 REREAD = "tiles re-read the operands"
 
 
-def plan(p: Problem, dev: DeviceModel, allow_gemv: bool = True,
-         force: Force = NO_FORCE) -> Plan:
+def plan(
+    p: Problem, dev: DeviceModel, allow_gemv: bool = True, force: Force = NO_FORCE
+) -> Plan:
     """The fastest predicted way to run ``p``: the stock path, the template or (one
     row, ``allow_gemv``) the gemv reduction."""
     stock = Prediction("stock", predict(p, dev))
@@ -612,7 +745,11 @@ def plan(p: Problem, dev: DeviceModel, allow_gemv: bool = True,
                 options.append((fused_a, fused_b))
     if force.path == "stock":
         return Plan("stock", "forced", predictions=(stock,))
-    gemv = Prediction("gemv", predict_gemv(p, dev)) if allow_gemv and gemv_applies(p) else None
+    gemv = (
+        Prediction("gemv", predict_gemv(p, dev))
+        if allow_gemv and gemv_applies(p)
+        else None
+    )
     if force.path == "gemv" and gemv is not None:
         return Plan("gemv", "forced", predictions=(stock, gemv))
     if force.fused is not None:
@@ -626,26 +763,50 @@ def plan(p: Problem, dev: DeviceModel, allow_gemv: bool = True,
             continue
         any_fit = True
         cfg = configs[0]
-        label = "template[" + (",".join(n for n, f in (("a", fused_a), ("b", fused_b)) if f)
-                               or "16-bit") + "]"
-        preds.append(Prediction(label, predict(p, dev, fused_a, fused_b, cfg),
-                                fused_a, fused_b, cfg))
+        label = (
+            "template["
+            + (
+                ",".join(n for n, f in (("a", fused_a), ("b", fused_b)) if f)
+                or "16-bit"
+            )
+            + "]"
+        )
+        preds.append(
+            Prediction(
+                label, predict(p, dev, fused_a, fused_b, cfg), fused_a, fused_b, cfg
+            )
+        )
     if not any_fit:
-        return Plan("stock", "smem: no tile config fits shared memory", predictions=tuple(preds))
+        return Plan(
+            "stock", "smem: no tile config fits shared memory", predictions=tuple(preds)
+        )
     best = min(preds[1:], key=lambda q: q.seconds)
     fused_bias = p.bias is not None and p.bias.castable
     if gemv is not None and decode16(p, dev) and force.path != "template":
         # one row of a frozen weight: the gemv where it streams no slower than cuBLAS (one
         # kernel for x's cast and cuBLAS), never a 16-row tile
         if gemv.seconds <= stock.seconds:
-            return Plan("gemv", "predicted no slower, one kernel", predictions=(*preds, gemv))
+            return Plan(
+                "gemv", "predicted no slower, one kernel", predictions=(*preds, gemv)
+            )
         return Plan("stock", "cost model: no clear win", predictions=(*preds, gemv))
-    if (gemv is not None and gemv.seconds < best.seconds and force.path != "template"
-            and gemv.seconds <= stock.seconds * (1.0 - dev.margin)):
+    if (
+        gemv is not None
+        and gemv.seconds < best.seconds
+        and force.path != "template"
+        and gemv.seconds <= stock.seconds * (1.0 - dev.margin)
+    ):
         return Plan("gemv", "predicted faster", predictions=(*preds, gemv))
     if force.path == "template":
-        return Plan("template", "forced", best.fused_a, best.fused_b, fused_bias,
-                    best.config, tuple(preds))
+        return Plan(
+            "template",
+            "forced",
+            best.fused_a,
+            best.fused_b,
+            fused_bias,
+            best.config,
+            tuple(preds),
+        )
     assert best.config is not None
     bound = compute_bound(p, dev, best.fused_a, best.fused_b, best.config)
     if p.epilogue is not None:
@@ -660,33 +821,68 @@ def plan(p: Problem, dev: DeviceModel, allow_gemv: bool = True,
     # predicts (templates predicted and timed faster ran slower than stock in models).
     # Stock, which max-autotune may still benchmark against the template (``config``).
     if p.epilogue is None and math.ceil(p.m / best.config.BLOCK_M) > 2:
-        return Plan("stock", REREAD, best.fused_a, best.fused_b, fused_bias, best.config,
-                    tuple(preds))
+        return Plan(
+            "stock",
+            REREAD,
+            best.fused_a,
+            best.fused_b,
+            fused_bias,
+            best.config,
+            tuple(preds),
+        )
     # Sure of a large win where the weight is streamed once; a smaller one, or a
     # compute-bound main loop, is measured on the device where the lowering can. An
     # epilogue's saving is not in the template's timing alone: predicted only.
     measure = p.epilogue is None and speedup >= 1.0 and (bound or speedup < dev.certain)
     if best.seconds <= stock.seconds * (1.0 - margin):
-        return Plan("template", "predicted faster", best.fused_a, best.fused_b, fused_bias,
-                    best.config, tuple(preds), measure)
+        return Plan(
+            "template",
+            "predicted faster",
+            best.fused_a,
+            best.fused_b,
+            fused_bias,
+            best.config,
+            tuple(preds),
+            measure,
+        )
     if measure:
-        return Plan("stock", "cost model: no clear win", best.fused_a, best.fused_b,
-                    fused_bias, best.config, tuple(preds), measure)
+        return Plan(
+            "stock",
+            "cost model: no clear win",
+            best.fused_a,
+            best.fused_b,
+            fused_bias,
+            best.config,
+            tuple(preds),
+            measure,
+        )
     return Plan("stock", "cost model: no clear win", predictions=tuple(preds))
 
 
 def at_m(p: Problem, m: int) -> Problem:
     """``p`` with ``m`` rows."""
     scale = m / max(1, p.m)
-    q = dataclasses.replace(p, m=m, a=dataclasses.replace(p.a, numel=int(p.a.numel * scale)))
-    if p.epilogue is not None:  # its tensors grow with M (a broadcast residual is overcounted)
-        q = dataclasses.replace(q, epilogue=Epilogue(int(p.epilogue.read_bytes * scale),
-                                                     int(p.epilogue.write_bytes * scale)))
+    q = dataclasses.replace(
+        p, m=m, a=dataclasses.replace(p.a, numel=int(p.a.numel * scale))
+    )
+    # its tensors grow with M (a broadcast residual is overcounted)
+    if p.epilogue is not None:
+        q = dataclasses.replace(
+            q,
+            epilogue=Epilogue(
+                int(p.epilogue.read_bytes * scale), int(p.epilogue.write_bytes * scale)
+            ),
+        )
     return q
 
 
-def plan_dynamic_m(p: Problem, dev: DeviceModel, m_max: int,
-                   tolerance: float = 1.25, force: Force = NO_FORCE) -> Plan:
+def plan_dynamic_m(
+    p: Problem,
+    dev: DeviceModel,
+    m_max: int,
+    tolerance: float = 1.25,
+    force: Force = NO_FORCE,
+) -> Plan:
     """The plan for a symbolic M: one kernel serves every M up to ``m_max``.
 
     Among the configs for the size hint (``p.m``) and for ``m_max``, the one whose
@@ -702,19 +898,24 @@ def plan_dynamic_m(p: Problem, dev: DeviceModel, m_max: int,
     stock_small, stock_big = predict(p, dev), predict(big, dev)
     best, best_worst = None, math.inf
     # every operand set the hint considered: casting x in the kernel pays at small M only
-    for fa, fb in dict.fromkeys((q.fused_a, q.fused_b) for q in base.predictions
-                                if q.label != "stock"):
+    for fa, fb in dict.fromkeys(
+        (q.fused_a, q.fused_b) for q in base.predictions if q.label != "stock"
+    ):
         for cfg in select_configs(p, dev, fa, fb) + select_configs(big, dev, fa, fb):
             small = predict(p, dev, fa, fb, cfg) / (stock_small * (1.0 - dev.margin))
             large = predict(big, dev, fa, fb, cfg) / (stock_big * tolerance)
             if max(small, large) < best_worst:
                 best, best_worst = (fa, fb, cfg), max(small, large)
     if best is None or best_worst > 1.0:
-        return Plan("stock", f"dynamic M up to {m_max}: no config holds up",
-                    predictions=base.predictions)
+        return Plan(
+            "stock",
+            f"dynamic M up to {m_max}: no config holds up",
+            predictions=base.predictions,
+        )
     fa, fb, cfg = best
-    return dataclasses.replace(base, fused_a=fa, fused_b=fb, config=cfg,
-                               reason=f"dynamic M up to {m_max}")
+    return dataclasses.replace(
+        base, fused_a=fa, fused_b=fb, config=cfg, reason=f"dynamic M up to {m_max}"
+    )
 
 
 # where a symbolic M may split in two, the range up to the split getting a decode-shaped
@@ -722,8 +923,9 @@ def plan_dynamic_m(p: Problem, dev: DeviceModel, m_max: int,
 M_SPLITS = (16, 64, 256)
 
 
-def dynamic_m_splits(p: Problem, dev: DeviceModel, m_min: int, m_max: int,
-                     force: Force = NO_FORCE) -> list[tuple[int, Plan]]:
+def dynamic_m_splits(
+    p: Problem, dev: DeviceModel, m_min: int, m_max: int, force: Force = NO_FORCE
+) -> list[tuple[int, Plan]]:
     """Each split S of ``M_SPLITS`` (``m_min <= S < m_max``) for which one config wins at
     every M from ``m_min`` to S (by the usual margin at ``m_min``, outright at S), with
     that plan, smallest first.
@@ -734,19 +936,31 @@ def dynamic_m_splits(p: Problem, dev: DeviceModel, m_min: int, m_max: int,
     if force.path or force.config:
         return []
     low = at_m(p, max(1, m_min))
-    plans = [(split, plan_dynamic_m(low, dev, split, tolerance=1.0))
-             for split in M_SPLITS if low.m <= split < m_max]
+    plans = [
+        (split, plan_dynamic_m(low, dev, split, tolerance=1.0))
+        for split in M_SPLITS
+        if low.m <= split < m_max
+    ]
     return [(split, q) for split, q in plans if q.path == "template"]
 
 
-def template_configs(the_plan: Plan, p: Problem, dev: DeviceModel, exhaustive: bool,
-                     force: Force = NO_FORCE) -> list[TileConfig]:
+def template_configs(
+    the_plan: Plan,
+    p: Problem,
+    dev: DeviceModel,
+    exhaustive: bool,
+    force: Force = NO_FORCE,
+) -> list[TileConfig]:
     """The configs the template's heuristic yields for ``the_plan``: its own, then under
     max-autotune (``exhaustive``) its neighbours for Inductor to benchmark."""
     assert the_plan.config is not None
     configs = [the_plan.config]
     if exhaustive:
-        configs += [c for c in select_configs(p, dev, the_plan.fused_a, the_plan.fused_b,
-                                              exhaustive=True, force=force)
-                    if c not in configs]
+        configs += [
+            c
+            for c in select_configs(
+                p, dev, the_plan.fused_a, the_plan.fused_b, exhaustive=True, force=force
+            )
+            if c not in configs
+        ]
     return configs
