@@ -134,6 +134,10 @@ class TestEdits(TestCase):
         self.assertTrue(diff.imports_modules)
         self.assertEqual(diff.imported_modules(),
                          ["torch.pkg.sub.b", "torch.pkg.sibling.c", "torch.pkg.sibling.d"])
+        # a name added to the package's own list, as upstream's heuristics/template does
+        path.write_text(diff_of(old, "from . import (\n    a,\n    b,\n)\n",
+                                "torch/pkg/sub/__init__.py"))
+        self.assertEqual(FileDiff.read(path).imported_modules(), ["torch.pkg.sub.b"])
 
     def test_module_level_hunk_is_refused(self):
         path = self.root / "toplevel.diff"
@@ -310,13 +314,14 @@ class TestOverlays(TestCase):
             self.assertEqual(torch_overlay.enable(), [])
 
     def test_enable_imports_the_modules_a_package_init_edit_names(self):
-        # upstream's template_heuristics/__init__.py imports each heuristic so that it
-        # registers; enabling does it for the overlay's (its kernel does not import it)
+        # upstream's heuristics/template/__init__.py imports each heuristic so that it
+        # registers; enabling does it for the overlay's (its kernel does not import it),
+        # under the package's older name too (torch 2.11's template_heuristics)
         probe = textwrap.dedent("""
             import sys, torch_overlay
             torch_overlay.enable()
             from torch._inductor.kernel.mm_tensorcore import tensorcore_mm_template as t
-            from torch._inductor.template_heuristics.registry import get_template_heuristic
+            from torch._inductor.heuristics.template.registry import get_template_heuristic
             print(type(get_template_heuristic(t.uid, "cuda", "tensorcore_mm")).__name__)
         """)
         out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,

@@ -47,7 +47,7 @@ OVERLAYS: tuple[Overlay, ...] = tuple(REGISTRY.register(o) for o in (
                 "chosen per shape by a cost model",
         flag="tensorcore_mm_autocast",
         modules=("kernel.mm_tensorcore_plan", "kernel.mm_tensorcore",
-                 "template_heuristics.tensorcore_mm"),
+                 "heuristics.template.tensorcore_mm"),
         requires=("matmul_meta",),
         # bmm and baddbmm; split-K; stock where the kernel fails to load; a symbolic M;
         # max-autotune's choices; timing uncertain plans on the device; one row as a

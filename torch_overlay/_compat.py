@@ -7,7 +7,10 @@ itself (what the installed torch does), never a version string.
 """
 from __future__ import annotations
 
+import importlib
 import inspect
+import sys
+import types
 from typing import Any, Callable
 
 
@@ -30,6 +33,35 @@ def _select_returns_node(module: Any) -> None:
 ADAPTERS: dict[str, list[Callable[[Any], None]]] = {
     "torch._inductor.kernel.mm_tensorcore": [_select_returns_node],
 }
+
+
+def alias_moved_packages() -> None:
+    """Before the template heuristics moved to ``torch._inductor.heuristics.template``
+    (with the registry at ``torch._inductor.heuristics.registry``), they were the package
+    ``torch._inductor.template_heuristics``; the new heuristic module imports the new
+    names. Where those do not exist, they name the old package's modules."""
+    try:
+        importlib.import_module("torch._inductor.heuristics.template.base")
+        importlib.import_module("torch._inductor.heuristics.registry")
+        return
+    except ImportError:
+        pass
+    old = importlib.import_module("torch._inductor.template_heuristics")
+    registry = importlib.import_module("torch._inductor.template_heuristics.registry")
+    modules = {
+        "template": old,
+        "template.base": importlib.import_module("torch._inductor.template_heuristics.base"),
+        "template.registry": registry,  # one registry: never a second copy of the file
+        "registry": registry,
+    }
+    package = sys.modules.get("torch._inductor.heuristics")
+    if package is None:
+        package = types.ModuleType("torch._inductor.heuristics", "moved: an alias")
+        package.__path__ = []
+        sys.modules[package.__name__] = package
+    for name, module in modules.items():
+        sys.modules.setdefault(f"torch._inductor.heuristics.{name}", module)
+    package.template, package.registry = modules["template"], modules["registry"]
 
 
 def adapt(module: Any) -> None:

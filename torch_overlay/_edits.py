@@ -132,17 +132,32 @@ class FileDiff:
         return self.upstream.endswith("/__init__.py")
 
     def imported_modules(self) -> list[str]:
-        """The modules the added ``from X import y`` lines import, by absolute name."""
+        """The modules the added ``from X import y`` lines import, or the names added to a
+        ``from X import (...)`` list (opened in the hunk or its heading), by absolute name."""
         package = self.module.removesuffix(".__init__")
+
+        def absolute(dots: str, base: str) -> str:
+            if not dots:
+                return base
+            parts = package.split(".")[:len(package.split(".")) + 1 - len(dots)]  # "." = the package
+            return ".".join(parts + ([base] if base else []))
+
         names = []
         for hunk in self.hunks:
-            for line in hunk.added:
-                if m := re.match(r"\s*from\s+(\.*)([\w.]*)\s+import\s+([\w\s,]+)", line):
-                    dots, base, imported = m.groups()
-                    if dots:  # relative: "." is the package itself
-                        parts = package.split(".")[:len(package.split(".")) + 1 - len(dots)]
-                        base = ".".join(parts + ([base] if base else []))
-                    names += [f"{base}.{n.strip()}" for n in imported.split(",") if n.strip()]
+            within = None  # the base of the parenthesized import list the line is in
+            for line in [" " + hunk.heading, *hunk.lines]:
+                text = line[1:]
+                if m := re.match(r"\s*from\s+(\.*)([\w.]*)\s+import\s+\(\s*$", text):
+                    within = absolute(*m.groups())
+                elif m := re.match(r"\s*from\s+(\.*)([\w.]*)\s+import\s+([\w\s,]+)", text):
+                    if line[0] == "+":
+                        names += [f"{absolute(*m.groups()[:2])}.{n.strip()}"
+                                  for n in m.group(3).split(",") if n.strip()]
+                elif within is not None and text.strip().startswith(")"):
+                    within = None
+                elif within is not None and line[0] == "+":
+                    names += [f"{within}.{n.strip()}" for n in text.split("#")[0].split(",")
+                              if n.strip()]
         return names
 
     @property

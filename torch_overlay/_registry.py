@@ -328,7 +328,10 @@ class Registry:
         """Import the new modules of ``name`` (one that does not import on this torch
         refuses the overlay here, not in a compile), then those an ``__init__.py`` edit
         has its package import upstream (a template heuristic registers when imported)."""
+        from . import _compat
+
         overlay = self.get(name)
+        _compat.alias_moved_packages()
         for module in overlay.modules:
             importlib.import_module(f"torch._inductor.{module}")
         for path in overlay.edit_files:

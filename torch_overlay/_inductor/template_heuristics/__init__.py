@@ -1,1 +1,0 @@
-"""Config heuristics of the overlays' templates, registered as Inductor registers its own."""
