@@ -565,6 +565,91 @@ def audit_patch(tree: pathlib.Path, patch: pathlib.Path, overlay: OverlayExport,
 
 
 # ---------------------------------------------------------------------------
+# Upstream's style: its formatter and lint leave every added line as it is
+
+
+STYLE = REPO / "tools" / "upstream_style.toml"  # [tool.ruff] and [tool.usort], as upstream's
+_FORMAT_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+\d+(?:,\d+)? @@")
+
+
+def _rewritten_lines(diff: str) -> set[int]:
+    """Lines of the original file that a formatter's unified diff changes, and for a pure
+    insertion the lines on either side of it."""
+    touched: set[int] = set()
+    old = 0
+    for line in diff.splitlines():
+        if m := _FORMAT_HUNK.match(line):
+            old = int(m.group(1))
+        elif line.startswith("-") and not line.startswith("---"):
+            touched.add(old)
+            old += 1
+        elif line.startswith("+") and not line.startswith("+++"):
+            touched.update((old - 1, old))
+        elif line.startswith(" "):
+            old += 1
+    return touched
+
+
+def _tool(tree: pathlib.Path, *args: str) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(args, cwd=tree, capture_output=True, text=True)
+    except FileNotFoundError:
+        raise ExportError(f"{args[0]} is not installed: `pip install -e .[test]`") from None
+
+
+def style_problems(tree: pathlib.Path, files: dict[str, FilePatch]) -> list[str]:
+    """Added Python lines that upstream's formatter (ruff format, usort) would rewrite or
+    its ruff lint flags, in ``tree`` as patched; [] when none."""
+    shutil.copyfile(STYLE, tree / "pyproject.toml")  # untracked: the tools' settings
+    problems = []
+    for path, fp in sorted(files.items()):
+        if not path.endswith(".py") or not fp.added:
+            continue
+        added = set(fp.added)
+        for tool, args in (("ruff format", ("ruff", "format", "--diff")),
+                           ("usort", ("usort", "diff"))):
+            out = _tool(tree, *args, path)
+            if out.returncode not in (0, 1) or (out.returncode and not out.stdout):
+                problems.append(f"{path}: {tool} failed: {out.stderr.strip()[:300]}")
+            elif lines := sorted(_rewritten_lines(out.stdout) & added):
+                problems.append(f"{path}:{lines[0]}: {tool} rewrites {len(lines)} added "
+                                f"line(s): `python tools/export_patches.py --style-fix FILE`")
+        out = _tool(tree, "ruff", "check", "--output-format", "concise", "--quiet", path)
+        for line in out.stdout.splitlines():
+            m = re.match(rf"{re.escape(path)}:(\d+):\d+: ", line)
+            if m and int(m.group(1)) in added:
+                problems.append(line)
+    (tree / "pyproject.toml").unlink()
+    return problems
+
+
+def style_fix(paths: Iterable[pathlib.Path]) -> list[str]:
+    """Format files as upstream would (usort, ruff's safe fixes, ruff format) in place;
+    the lint findings left to fix by hand."""
+    left = []
+    with tempfile.TemporaryDirectory(prefix="style_") as tmp:
+        tree = pathlib.Path(tmp)
+        shutil.copyfile(STYLE, tree / "pyproject.toml")
+        for src in paths:
+            # under its upstream name, so that per-file settings apply as upstream's
+            rel_path = rel(src.resolve())
+            name = ("torch/_inductor/" + rel_path.split("/_inductor/", 1)[1]
+                    if "/_inductor/" in rel_path else rel_path)
+            f = tree / name
+            f.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, f)
+            for args in (("usort", "format"), ("ruff", "check", "--fix", "--quiet"),
+                         ("ruff", "format", "--quiet"), ("usort", "format"),
+                         ("ruff", "format", "--quiet")):
+                _tool(tree, *args, name)
+            out = _tool(tree, "ruff", "check", "--output-format", "concise", "--quiet", name)
+            left += [f"{rel_path}{line[len(name):]}" for line in out.stdout.splitlines()
+                     if line.startswith(name)]
+            shutil.copyfile(f, src)
+    return left
+
+
+# ---------------------------------------------------------------------------
 # --check
 
 
@@ -792,6 +877,7 @@ def check(run_tests: bool = True, compare_junit: pathlib.Path | None = None,
             print(f"[check] {name} applies and byte-compiles ({time.time() - t0:.0f}s)")
             # 3. what it adds
             problems = audit_patch(tree, PATCHES / name, overlay, later_edits(overlays, overlay))
+            problems += style_problems(tree, parse_diff((PATCHES / name).read_text()))
             if problems:
                 ok = False
                 print(f"[check] {name}: {len(problems)} added line(s) or file(s) not fit for upstream:",
@@ -804,7 +890,8 @@ def check(run_tests: bool = True, compare_junit: pathlib.Path | None = None,
                 flag = (f"declares {CONFIG}:{overlay.flag}" if overlay.part_of is None
                         else f"a part of {overlay.part_of}")
                 print(f"[check] {name}: no added line under torch/ names {FORBIDDEN} or reassigns "
-                      f"an upstream object at top level; {flag}; tests byte-identical")
+                      f"an upstream object at top level; {flag}; tests byte-identical; "
+                      "added lines as upstream's formatter and lint leave them")
             new_modules += [p for p in overlay.files if p.endswith(".py")]
             if not run_tests or (only and i + 1 not in only):
                 continue
@@ -934,8 +1021,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--upstream", type=pathlib.Path, metavar="PATH",
                         help="report how the series applies to a pytorch checkout (left untouched)")
     parser.add_argument("--out", type=pathlib.Path, default=PATCHES, help="output directory")
+    parser.add_argument("--style-fix", type=pathlib.Path, nargs="+", metavar="FILE",
+                        help="format these files as upstream's formatter would (ruff format, "
+                             "usort, ruff's safe fixes) and print the lint left to fix by hand")
     args = parser.parse_args(argv)
     try:
+        if args.style_fix:
+            left = style_fix(args.style_fix)
+            print("\n".join(left))
+            return 1 if left else 0
         if args.check:
             return check(run_tests=not args.no_tests, compare_junit=args.compare_junit,
                          pytest_args=args.pytest_arg, only=args.only,
