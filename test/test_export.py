@@ -225,6 +225,50 @@ class TestExportPatches(TestCase):
         self.assertEqual(export_patches.check(run_tests=True), 0)
 
 
+class TestUpstreamStyle(TestCase):
+    """Added lines are held to upstream's formatter and lint; the rest of a file is not."""
+
+    SOURCE = (
+        "from typing import Optional\n"
+        "\n"
+        "x = max(1,\n"
+        "        2)\n"
+        "y: Optional[int] = None\n"
+        "z = 1\n"
+    )
+
+    def problems(self, added: set[int], new_file: bool = False) -> list[str]:
+        with tempfile.TemporaryDirectory() as tmp:
+            tree = pathlib.Path(tmp)
+            path = "torch/_inductor/x.py"
+            (tree / path).parent.mkdir(parents=True)
+            (tree / path).write_text(self.SOURCE)
+            lines = self.SOURCE.splitlines()
+            fp = export_patches.FilePatch(path, new_file, [], {n: lines[n - 1] for n in added})
+            found = export_patches.style_problems(tree, {path: fp})
+            self.assertFalse((tree / "pyproject.toml").exists())  # the settings go again
+            return found
+
+    def test_only_added_lines_count(self):
+        self.assertEqual(self.problems({6}), [])
+
+    def test_a_line_the_formatter_rewrites(self):
+        (found,) = self.problems({3, 4})
+        self.assertRegex(found, r"^torch/_inductor/x\.py:3: ruff format rewrites 2 added")
+
+    def test_a_lint_finding(self):
+        (found,) = self.problems({5})
+        self.assertRegex(found, r"^torch/_inductor/x\.py:5:\d+: UP045 ")
+
+    def test_style_fix(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = pathlib.Path(tmp) / "x.py"
+            path.write_text("from __future__ import annotations\n" + self.SOURCE)
+            left = export_patches.style_fix([path])
+            self.assertEqual(left, [])
+            self.assertIn("x = max(1, 2)\ny: int | None = None\n", path.read_text())
+
+
 class TestPinnedTorch(TestCase):
     def test_another_torch_is_refused_naming_both(self):
         other = dict(export_patches.torch_info(), torch="2.99.0", git_version="f" * 40)

@@ -576,17 +576,18 @@ def _rewritten_lines(diff: str) -> set[int]:
     """Lines of the original file that a formatter's unified diff changes, and for a pure
     insertion the lines on either side of it."""
     touched: set[int] = set()
-    old = 0
+    old, removed = 0, False  # removed: the change under way replaces lines
     for line in diff.splitlines():
         if m := _FORMAT_HUNK.match(line):
-            old = int(m.group(1))
+            old, removed = int(m.group(1)), False
         elif line.startswith("-") and not line.startswith("---"):
             touched.add(old)
-            old += 1
+            old, removed = old + 1, True
         elif line.startswith("+") and not line.startswith("+++"):
-            touched.update((old - 1, old))
+            if not removed:
+                touched.update((old - 1, old))
         elif line.startswith(" "):
-            old += 1
+            old, removed = old + 1, False
     return touched
 
 
@@ -633,8 +634,10 @@ def style_fix(paths: Iterable[pathlib.Path]) -> list[str]:
         for src in paths:
             # under its upstream name, so that per-file settings apply as upstream's
             rel_path = rel(src.resolve())
-            name = ("torch/_inductor/" + rel_path.split("/_inductor/", 1)[1]
-                    if "/_inductor/" in rel_path else rel_path)
+            if "/_inductor/" in rel_path:
+                name = "torch/_inductor/" + rel_path.split("/_inductor/", 1)[1]
+            else:
+                name = rel_path if not pathlib.Path(rel_path).is_absolute() else src.name
             f = tree / name
             f.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(src, f)
@@ -643,7 +646,7 @@ def style_fix(paths: Iterable[pathlib.Path]) -> list[str]:
                          ("ruff", "format", "--quiet")):
                 _tool(tree, *args, name)
             out = _tool(tree, "ruff", "check", "--output-format", "concise", "--quiet", name)
-            left += [f"{rel_path}{line[len(name):]}" for line in out.stdout.splitlines()
+            left += [f"{src}{line[len(name):]}" for line in out.stdout.splitlines()
                      if line.startswith(name)]
             shutil.copyfile(f, src)
     return left
