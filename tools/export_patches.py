@@ -202,7 +202,7 @@ class FilePatch:
     added: dict[int, str]           # line number in the new file -> added text
 
 
-_HUNK = re.compile(r"^@@ -\d+(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+_HUNK = re.compile(r"^@@ -(?P<old>\d+)(?:,(?P<old_n>\d+))? \+(?P<new>\d+)(?:,(?P<new_n>\d+))? @@")
 
 
 def parse_diff(text: str) -> dict[str, FilePatch]:
@@ -223,9 +223,9 @@ def parse_diff(text: str) -> dict[str, FilePatch]:
             i += 2
             continue
         elif (m := _HUNK.match(line)) and current is not None:
-            old_left = int(m.group(1)) if m.group(1) is not None else 1
-            new_no = int(m.group(2))
-            new_left = int(m.group(3)) if m.group(3) is not None else 1
+            old_left = int(m["old_n"]) if m["old_n"] is not None else 1
+            new_no = int(m["new"])
+            new_left = int(m["new_n"]) if m["new_n"] is not None else 1
             hunk: list[str] = []
             i += 1
             while i < len(lines) and (old_left > 0 or new_left > 0):
@@ -533,7 +533,8 @@ def audit_patch(tree: pathlib.Path, patch: pathlib.Path, overlay: OverlayExport,
     """What the patch (applied in ``tree``) must not add or must add; [] when all is well.
 
     No added line names the project, tests included: they run under the project's harness
-    as a pytest plugin from outside (torch_overlay.testing.gpu_free)."""
+    as a pytest plugin from outside (torch_overlay.testing.gpu_free). Added Python lines
+    are as upstream's formatter and lint leave them (``style_problems``)."""
     problems = []
     files = parse_diff(patch.read_text())
     for path, fp in files.items():
@@ -547,6 +548,7 @@ def audit_patch(tree: pathlib.Path, patch: pathlib.Path, overlay: OverlayExport,
                              for hit in top_level_reassignments(source, set(fp.added), fp.new_file, path)]
             except SyntaxError as e:
                 problems.append(f"{path}: does not parse: {e}")
+    problems += style_problems(tree, files)
     flag = re.compile(rf"^{re.escape(overlay.flag)}\s*(:[^=]*)?=")
     if overlay.part_of is None and not any(flag.match(text) for text in files.get(CONFIG, FilePatch(CONFIG, False, [], {})).added.values()):
         problems.append(f"{CONFIG}: the patch does not declare the flag {overlay.flag}")
@@ -569,7 +571,6 @@ def audit_patch(tree: pathlib.Path, patch: pathlib.Path, overlay: OverlayExport,
 
 
 STYLE = REPO / "tools" / "upstream_style.toml"  # [tool.ruff] and [tool.usort], as upstream's
-_FORMAT_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+\d+(?:,\d+)? @@")
 
 
 def _rewritten_lines(diff: str) -> set[int]:
@@ -578,8 +579,8 @@ def _rewritten_lines(diff: str) -> set[int]:
     touched: set[int] = set()
     old, removed = 0, False  # removed: the change under way replaces lines
     for line in diff.splitlines():
-        if m := _FORMAT_HUNK.match(line):
-            old, removed = int(m.group(1)), False
+        if m := _HUNK.match(line):
+            old, removed = int(m["old"]), False
         elif line.startswith("-") and not line.startswith("---"):
             touched.add(old)
             old, removed = old + 1, True
@@ -880,7 +881,6 @@ def check(run_tests: bool = True, compare_junit: pathlib.Path | None = None,
             print(f"[check] {name} applies and byte-compiles ({time.time() - t0:.0f}s)")
             # 3. what it adds
             problems = audit_patch(tree, PATCHES / name, overlay, later_edits(overlays, overlay))
-            problems += style_problems(tree, parse_diff((PATCHES / name).read_text()))
             if problems:
                 ok = False
                 print(f"[check] {name}: {len(problems)} added line(s) or file(s) not fit for upstream:",

@@ -61,7 +61,7 @@ def alias_moved_packages() -> None:
         sys.modules[package.__name__] = package
     for name, module in modules.items():
         sys.modules.setdefault(f"torch._inductor.heuristics.{name}", module)
-    package.template, package.registry = modules["template"], modules["registry"]
+    package.template, package.registry = old, registry
 
 
 def adapt(module: Any) -> None:
