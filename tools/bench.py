@@ -193,7 +193,7 @@ def mode_context(mode: Mode, overlays: list[str] | None, force: bool, fresh: boo
     torch._dynamo.reset()
     try:
         if mode.overlays:
-            torch_overlay.enable(overlays, force=force)
+            torch_overlay.enable(list(mode.only) or overlays, force=force)
         with contextlib.ExitStack() as stack:
             stack.enter_context(fresh_cache() if fresh else contextlib.nullcontext())
             stack.enter_context(torch._inductor.config.patch(freezing=mode.freezing,

@@ -25,6 +25,7 @@ class Mode:
     short: str  # column header
     compile_mode: str | None = None  # torch.compile mode; None runs eagerly
     overlays: bool = False
+    only: tuple[str, ...] = ()  # these overlays (and what they require) instead of --overlays
     addmm_activation: bool = False  # the cuBLASLt GELU epilogue instead of case.fn
     # torch._inductor.config.freezing: the weights (Case.weight_args) become parameters of
     # a module and Inductor folds them into constants (inference cases only)
@@ -60,6 +61,9 @@ MODES: dict[str, Mode] = {m.name: m for m in (
     Mode("template-no-split", "no split", "default", overlays=True, ab=True,
          config=(("tensorcore_mm_force_path", "template"),),
          replace=(("torch._inductor.kernel.mm_tensorcore_plan", "MAX_SPLIT_K", 1),)),
+    # stock max-autotune with prologue_downcast alone (the series' first patch)
+    Mode("prologue-max-autotune", "MA + pd", MAX_AUTOTUNE, overlays=True, ab=True,
+         only=("prologue_downcast",)),
     Mode("overlay-no-epilogue", "no epi", "default", overlays=True, ab=True,
          replace=(("torch._inductor.kernel.mm_tensorcore", "_gelu_add_epilogue",
                    lambda node: None),)),

@@ -529,7 +529,7 @@ def later_edits(overlays: list[OverlayExport], overlay: OverlayExport) -> set[st
 
 
 def audit_patch(tree: pathlib.Path, patch: pathlib.Path, overlay: OverlayExport,
-                edited_later: set[str] = frozenset()) -> list[str]:
+                edited_later: set[str] = frozenset(), style: bool = True) -> list[str]:
     """What the patch (applied in ``tree``) must not add or must add; [] when all is well.
 
     No added line names the project, tests included: they run under the project's harness
@@ -548,7 +548,8 @@ def audit_patch(tree: pathlib.Path, patch: pathlib.Path, overlay: OverlayExport,
                              for hit in top_level_reassignments(source, set(fp.added), fp.new_file, path)]
             except SyntaxError as e:
                 problems.append(f"{path}: does not parse: {e}")
-    problems += style_problems(tree, files)
+    if style:
+        problems += style_problems(tree, files)
     flag = re.compile(rf"^{re.escape(overlay.flag)}\s*(:[^=]*)?=")
     if overlay.part_of is None and not any(flag.match(text) for text in files.get(CONFIG, FilePatch(CONFIG, False, [], {})).added.values()):
         problems.append(f"{CONFIG}: the patch does not declare the flag {overlay.flag}")
@@ -824,9 +825,10 @@ def run_exported_tests(pythonpath: pathlib.Path, files: list[str], cache: pathli
 
 def check(run_tests: bool = True, compare_junit: pathlib.Path | None = None,
           pytest_args: Iterable[str] = (), only: set[int] | None = None,
-          stale_step: bool = True) -> int:
+          stale_step: bool = True, style_step: bool = True) -> int:
     """``only``: the tests of these patches (1-based) and no pristine run; ``stale_step``
-    False: no staleness step (a copy without the git history the export dates from)."""
+    False: no staleness step (a copy without the git history the export dates from);
+    ``style_step`` False: no formatter and lint (a machine without them; CI runs them)."""
     t0 = time.time()
     if not (PATCHES / "series").exists():
         print("patches/series missing: run `python tools/export_patches.py`", file=sys.stderr)
@@ -880,7 +882,8 @@ def check(run_tests: bool = True, compare_junit: pathlib.Path | None = None,
                 return 1
             print(f"[check] {name} applies and byte-compiles ({time.time() - t0:.0f}s)")
             # 3. what it adds
-            problems = audit_patch(tree, PATCHES / name, overlay, later_edits(overlays, overlay))
+            problems = audit_patch(tree, PATCHES / name, overlay, later_edits(overlays, overlay),
+                                   style=style_step)
             if problems:
                 ok = False
                 print(f"[check] {name}: {len(problems)} added line(s) or file(s) not fit for upstream:",
@@ -1021,6 +1024,9 @@ def main(argv: list[str] | None = None) -> int:
                              "after the patches up to it; no pristine run")
     parser.add_argument("--no-stale-step", action="store_true",
                         help="with --check: skip the staleness step (a copy with no git history)")
+    parser.add_argument("--no-style-step", action="store_true",
+                        help="with --check: skip the formatter and lint (a machine without ruff "
+                             "and usort, as the GPU's; CI runs them)")
     parser.add_argument("--upstream", type=pathlib.Path, metavar="PATH",
                         help="report how the series applies to a pytorch checkout (left untouched)")
     parser.add_argument("--out", type=pathlib.Path, default=PATCHES, help="output directory")
@@ -1036,7 +1042,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.check:
             return check(run_tests=not args.no_tests, compare_junit=args.compare_junit,
                          pytest_args=args.pytest_arg, only=args.only,
-                         stale_step=not args.no_stale_step)
+                         stale_step=not args.no_stale_step,
+                         style_step=not args.no_style_step)
         if args.upstream:
             return try_upstream(args.upstream)
         require_pinned_torch()
