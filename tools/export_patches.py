@@ -897,7 +897,8 @@ def check(run_tests: bool = True, compare_junit: pathlib.Path | None = None,
                         else f"a part of {overlay.part_of}")
                 print(f"[check] {name}: no added line under torch/ names {FORBIDDEN} or reassigns "
                       f"an upstream object at top level; {flag}; tests byte-identical; "
-                      "added lines as upstream's formatter and lint leave them")
+                      + ("added lines as upstream's formatter and lint leave them" if style_step
+                         else "formatter and lint not run (--no-style-step)"))
             new_modules += [p for p in overlay.files if p.endswith(".py")]
             if not run_tests or (only and i + 1 not in only):
                 continue

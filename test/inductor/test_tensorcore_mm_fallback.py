@@ -30,6 +30,7 @@ try:
         H200,
         linear,
         requires_cuda_sm80,
+        template_kernels,
         TensorCoreMMTestCase,
     )
 except ImportError:
@@ -40,6 +41,7 @@ except ImportError:
         H200,
         linear,
         requires_cuda_sm80,
+        template_kernels,
         TensorCoreMMTestCase,
     )
 
@@ -173,7 +175,10 @@ class TestTensorCoreMMCompileFailure(TensorCoreMMTestCase):
         self.assertTrue(refused)
         self.assertEqual(len(logs.records), 1)
         self.assertIn("CUDA_ERROR_NO_BINARY_FOR_GPU", logs.output[0])
-        self.assertStock(code, "tensorcore_mm_fallback:compile_error")
+        # the module whose template failed to load, then the stock one that ran
+        self.assertEqual(len(code), 2)
+        self.assertEqual(len(template_kernels(code[:1])), 1)
+        self.assertStock(code[1:], "tensorcore_mm_fallback:compile_error")
         self.assertLikeEager(out, linear(), [x, w, b], F.linear, BF16)
 
 
