@@ -314,6 +314,16 @@ class TestPartModes(TestCase):
 
             self.assertIsNone(mm_tensorcore._gelu_add_epilogue(None))
 
+    def test_prologue_mode_enables_prologue_downcast_alone(self):
+        from bench_workloads import MODES
+
+        with mock.patch.object(bench.torch_overlay, "enable") as enable:
+            for name in ("prologue-max-autotune", "overlay"):
+                with bench.mode_context(MODES[name], overlays=["gelu_add"], force=False):
+                    pass
+        self.assertEqual([c.args[0] for c in enable.call_args_list],
+                         [["prologue_downcast"], ["gelu_add"]])
+
     def test_part_modes_run_only_when_named(self):
         plans = []
         with mock.patch.object(bench, "gpu_available", return_value=True), \
