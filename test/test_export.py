@@ -13,6 +13,7 @@ import pathlib
 import re
 import sys
 import tempfile
+import types
 import unittest
 from unittest import mock
 
@@ -259,6 +260,24 @@ class TestUpstreamStyle(TestCase):
     def test_a_lint_finding(self):
         (found,) = self.problems({5})
         self.assertRegex(found, r"^torch/_inductor/x\.py:5:\d+: UP045 ")
+
+    def test_audit_without_the_style_step(self):
+        # --no-style-step (a GPU machine without ruff and usort): the other checks only
+        part = types.SimpleNamespace(flag="f", part_of="o", tests={}, diffs=[])
+        with tempfile.TemporaryDirectory() as tmp:
+            tree = pathlib.Path(tmp)
+            (tree / "torch").mkdir()
+            (tree / "torch/x.py").write_text(self.SOURCE)
+            patch = tree / "x.patch"
+            patch.write_text(
+                "diff --git a/torch/x.py b/torch/x.py\nnew file mode 100644\n"
+                "--- /dev/null\n+++ b/torch/x.py\n@@ -0,0 +1,6 @@\n"
+                + "".join("+" + line + "\n" for line in self.SOURCE.splitlines()))
+            with mock.patch.object(export_patches, "style_problems",
+                                   return_value=["x"]) as style:
+                self.assertEqual(export_patches.audit_patch(tree, patch, part, style=False), [])
+                style.assert_not_called()
+                self.assertEqual(export_patches.audit_patch(tree, patch, part), ["x"])
 
     def test_style_fix(self):
         with tempfile.TemporaryDirectory() as tmp:
