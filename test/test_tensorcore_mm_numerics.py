@@ -121,6 +121,33 @@ class TestTensorCoreMMInterpreter(TensorCoreMMTestCase):
                                  (op, shape))
 
 
+    def test_gemv_template_values(self):
+        # one row times a [K, N] weight (the gemv template): K off the split, N off
+        # BLOCK_N; each split's fp32 partial sum of fp16-rounded products (fp16: the
+        # interpreter rounds it as the GPU does)
+        k, n = 200, 70
+        x, w = torch.randn(1, k), torch.randn(k, n)
+
+        def row_major_fp16(x, w):
+            with torch.autocast("cuda", dtype=FP16):
+                return x @ w
+
+        code = self.cuda_code(row_major_fp16, x.to(GPU_TYPE), w.to(GPU_TYPE))
+        (name,) = template_kernels(code)
+        call = re.search(rf"{name}\.run\((.*?), stream=", "\n".join(code)).group(1)
+        grid = [int(a) for a in call.split(", ")[-3:]]
+        (rows,) = map(int, re.findall(r"ROWS : tl.constexpr = (\d+)", "\n".join(code)))
+        splits = -(-k // rows)
+        self.assertEqual(grid[1], splits)
+        src = kernel_source(code, name)
+        (out,) = run_in_interpreter([dict(
+            name=name, source=src[src.index("@triton.jit"):], grid=grid,
+            args=[x, w, torch.full((splits, n), float("nan"))], out=2)])
+        products = x.to(FP16).float().t() * w.to(FP16).float()
+        expected = torch.stack([products[s * rows:(s + 1) * rows].sum(0) for s in range(splits)])
+        torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+
+
 def emulate(op, inputs, dtype=FP16, rounded=True, matmul=None):
     """Eager autocast on the CPU: 16-bit-rounded operands, fp32 sums, one rounding.
     ``rounded`` False skips the operands' rounding; ``matmul`` replaces the fp32 one."""

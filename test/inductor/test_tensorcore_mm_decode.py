@@ -69,6 +69,18 @@ except ImportError:
 class TestGemvPlan(TestCase):
     """The plan for one row, from shapes alone: no compile."""
 
+    def test_gemv_configs(self):
+        # the template's program steps through its ROWS by BLOCK_K, and every config of
+        # one matmul splits K alike (the partial sums' layout); more only under autotune
+        p = linear_problem(1, 4096, 4096)
+        (default,) = planner.gemv_configs(p)
+        tuned = planner.gemv_configs(p, autotune=True)
+        self.assertEqual(tuned[0], default)
+        self.assertGreater(len(tuned), 1)
+        for cfg in tuned:
+            self.assertEqual(cfg.ROWS % cfg.BLOCK_K, 0, cfg)
+            self.assertEqual(cfg.ROWS, default.ROWS, cfg)
+
     @parametrize(
         "mnk",
         [(1, 4096, 4096), (1, 11008, 4096), (1, 4096, 11008)],
@@ -128,10 +140,23 @@ class TestTensorCoreMMGemvCodegen(TensorCoreMMTestCase):
         self.assertNotIn("rsqrt", kernel_source(code, gemv[0]))
 
     def test_one_row_of_a_row_major_weight(self):
-        # Conv1D's [K, N] weight: the reduction reads it across rows, N contiguous
+        # Conv1D's [K, N] weight (N contiguous): the gemv template reads slabs of the fp32
+        # weight, rounds them to bf16 in registers and writes a partial sum a split; one
+        # reduction kernel adds the splits. No cast kernel, no cuBLAS call
         code = self.cuda_code(row_major_weight, *gpu_randn((1, 4096), (4096, 4096)))
         self.assertEqual(self.counts["tensorcore_mm_gemv"], 1, dict(self.counts))
-        self.assertEqual(template_kernels(code) + cast_kernels(code), [])
+        self.assertEqual(cast_kernels(code), [])
+        self.assertNotRegex("\n".join(code), r"extern_kernels\.\w+\(")
+        (name,) = template_kernels(code)
+        FileCheck().check("'arg_A': '*fp32'").check("'arg_B': '*fp32'").check(
+            "DOT_DTYPE : tl.constexpr = tl.bfloat16"
+        ).check("B + rk[:, None] * stride_bk").check("b.to(DOT_DTYPE)").check(
+            "tl.sum(acc, 0)"
+        ).check("tl.store").run(kernel_source(code, name))
+        reductions = re.findall(
+            r"triton_(?:per|red)_fused_\w+?_\d+\.run\(", "\n".join(code)
+        )
+        self.assertEqual(len(reductions), 1, reductions)
 
     @parametrize("op", ["mm", "addmm"])
     @parametrize("dtype", [BF16, FP16], name_fn=dtype_name)
@@ -171,10 +196,17 @@ class TestTensorCoreMMGemvGPU(TensorCoreMMTestCase):
             self.assertEqual(len(template_kernels(code)), 1, dict(self.counts))
 
     @requires_cuda_sm80
-    def test_row_major_weight_values(self):
-        inputs = gpu_randn((1, 1001), (1001, 999))
+    @parametrize(
+        "kn",
+        [(1001, 999), (4096, 4096), (33, 200)],
+        name_fn=lambda kn: "x".join(map(str, kn)),
+    )
+    def test_row_major_weight_values(self, kn):
+        # the gemv template's masks: K and N neither multiples of its blocks nor of a split
+        inputs = gpu_randn((1, kn[0]), kn)
         out, code = self.compile_and_run(row_major_weight, *inputs)
         self.assertLikeEager(out, row_major_weight, inputs, torch.mm, torch.bfloat16)
+        self.assertEqual(self.counts["tensorcore_mm_gemv"], 1, dict(self.counts))
 
 
 def frozen_linear(n, k, bias=True, seed=0):

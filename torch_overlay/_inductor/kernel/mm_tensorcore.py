@@ -7,7 +7,8 @@ says autocast fp16/bf16, ``tuned_tensorcore_mm`` may instead hand the fp32 tenso
 front of the casts to the ``tensorcore_mm`` template, which loads them, rounds them to the
 autocast dtype in registers, runs ``tl.dot`` with fp32 accumulation and rounds the result
 (after the bias, as cuBLAS does) before any epilogue reads it: eager autocast's numerics.
-One row (M = 1) lowers to a reduction over K instead (``_lower_gemv``).
+One row (M = 1) lowers to a reduction over K instead (``_lower_gemv``); over a [K, N]
+weight its first stage is the ``tensorcore_gemv`` template.
 
 The plan (path, operands cast in the kernel, tile configs) comes from
 kernel/mm_tensorcore_plan.py and reaches the template's heuristic
@@ -45,7 +46,7 @@ from torch._inductor.select_algorithm import (
     SymbolicGridFn,
     TritonTemplate,
 )
-from torch._inductor.utils import load_template
+from torch._inductor.utils import ceildiv, load_template
 from torch._inductor.virtualized import ops, V
 
 from ..fx_passes import matmul_meta
@@ -81,6 +82,53 @@ def tensorcore_mm_grid(m, n, meta, *, cdiv):
 # One jinja source (templates/tensorcore_mm.py.jinja) for both; they differ in grid.
 tensorcore_mm_template = _template("tensorcore_mm", tensorcore_mm_grid)
 tensorcore_bmm_template = _template("tensorcore_bmm", bmm_grid)
+
+
+@SymbolicGridFn
+def tensorcore_gemv_grid(splits, n, meta, *, cdiv):
+    """One program per BLOCK_N columns and range of ROWS rows."""
+    return (cdiv(n, meta["BLOCK_N"]), splits, 1)
+
+
+# One row times a [K, N] weight (N contiguous): program (n, s) sums rows
+# [s * ROWS, (s + 1) * ROWS) of BLOCK_N columns into row s of an fp32 [splits, N]
+# output, reading a [BLOCK_K, BLOCK_N] slab of the weight a step; the sum over the
+# splits and the epilogue follow as a reduction.
+tensorcore_gemv_template = TritonTemplate(
+    name="tensorcore_gemv",
+    grid=tensorcore_gemv_grid,
+    source=r"""
+{{def_kernel("A", "B")}}
+    K = {{size("B", 0)}}
+    N = {{size("B", 1)}}
+    stride_ak = {{stride("A", 1)}}
+    stride_bk = {{stride("B", 0)}}
+    stride_bn = {{stride("B", 1)}}
+    pid_n = tl.program_id(0).to(INDEX_DTYPE)
+    pid_s = tl.program_id(1).to(INDEX_DTYPE)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    acc = tl.zeros((BLOCK_K, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, ROWS, BLOCK_K):
+        rk = pid_s * ROWS + k0 + tl.arange(0, BLOCK_K)
+        a = tl.load(A + rk * stride_ak, mask=rk < K, other=0.0, eviction_policy="evict_last")
+        b = tl.load(
+            B + rk[:, None] * stride_bk + rn[None, :] * stride_bn,
+            mask=(rk[:, None] < K) & (rn[None, :] < N),
+            other=0.0,
+            eviction_policy="evict_first",
+        )
+        # rounded to the autocast dtype, as eager autocast's cast kernels round them
+        a = a.to(DOT_DTYPE).to(tl.float32)
+        b = b.to(DOT_DTYPE).to(tl.float32)
+        acc += a[:, None] * b
+    sums = tl.sum(acc, 0)[None, :]
+    idx_m = pid_s + tl.zeros((1, BLOCK_N), dtype=INDEX_DTYPE)
+    idx_n = rn[None, :]
+    mask = idx_n < N
+    {{store_output(("idx_m", "idx_n"), "sums", "mask", val_shape=("1", "BLOCK_N"))}}
+""",
+    cache_codegen_enabled_for_template=True,
+)
 
 
 def _round(x: Any, dtype: torch.dtype) -> Any:
@@ -423,8 +471,17 @@ def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
         if not _materialized(a):
             # an x computed in front (a norm): once, not again for every column
             a = realize_inputs(a)
+        # static sizes: a weight read across rows takes the gemv template's configs
+        static = all(isinstance(v, int) or v.is_number for v in (k, n))
+        autotune = inductor_config.max_autotune or inductor_config.max_autotune_gemm
         result, sums = _lower_gemv(
-            a, b, bias, kwargs.get("alpha", 1), kwargs.get("beta", 1), dtype
+            a,
+            b,
+            bias,
+            kwargs.get("alpha", 1),
+            kwargs.get("beta", 1),
+            dtype,
+            planner.gemv_configs(problem, autotune) if static else [],
         )
         _count("tensorcore_mm_gemv")
         if weight16:
@@ -691,14 +748,75 @@ def _as_fp32(x: Any, src: torch.dtype, dtype: torch.dtype) -> Any:
     return ops.to_dtype(x, torch.float32)
 
 
+def _gemv_template_sums(
+    a: Any, b: Any, dtype: torch.dtype, configs: list[planner.GemvConfig]
+) -> Any:
+    """Σ_k a[0, k]·b[k, n] over a [K, N] weight: ``tensorcore_gemv``'s partial sums,
+    then a reduction over them.
+
+    Inductor would split this outer reduction in two stages too, but its first stage
+    gets one config of a few KB in flight a program, which streams the weight well
+    below the copy rate; the template's configs hold a slab of 8 KB.
+    """
+    a, b = realize_inputs(a, b)
+    k, n = b.get_size()
+    rows = configs[0].ROWS  # every config of one matmul splits K alike
+    splits = V.graph.sizevars.guard_int(ceildiv(k, rows))
+    layout = ir.FixedLayout(a.get_device(), torch.float32, [splits, n])
+    dot_dtype = {torch.bfloat16: "tl.bfloat16", torch.float16: "tl.float16"}[dtype]
+    choices: list[Any] = []
+    for cfg in configs:
+        tensorcore_gemv_template.maybe_append_choice(
+            choices,
+            input_nodes=(a, b),
+            layout=layout,
+            num_stages=1,
+            num_warps=cfg.num_warps,
+            BLOCK_N=cfg.BLOCK_N,
+            BLOCK_K=cfg.BLOCK_K,
+            ROWS=rows,
+            DOT_DTYPE=dot_dtype,
+        )
+    if not choices:
+        raise _Decline("no_config")
+    partial, _ = autotune_select_algorithm("tensorcore_gemv", choices, [a, b], layout)
+    templates = _TEMPLATES.get()
+    if templates is not None:  # for compile_with_stock_fallback
+        templates.append(f"gemv of (K, N) {(k, n)}")
+    partial_load = partial.make_loader()
+
+    def total(index: Any, rindex: Any) -> Any:
+        return partial_load([rindex[0], index[1]])
+
+    from torch._inductor.ir import ReductionHint
+
+    return ir.Reduction.create(
+        device=a.get_device(),
+        dst_dtype=torch.float32,
+        src_dtype=torch.float32,
+        inner_fn=total,
+        ranges=[1, n],
+        reduction_ranges=[splits],
+        reduction_type="sum",
+        reduction_hint=ReductionHint.OUTER,
+    )
+
+
 def _lower_gemv(
-    a: Any, b: Any, bias: Any, alpha: Any, beta: Any, dtype: torch.dtype
+    a: Any,
+    b: Any,
+    bias: Any,
+    alpha: Any,
+    beta: Any,
+    dtype: torch.dtype,
+    configs: list[planner.GemvConfig],
 ) -> tuple[Any, Any]:
     """M = 1: out[0, n] = Σ_k a[0, k]·b[k, n] as an Inductor reduction over K.
 
     One kernel reads each (fp32) operand once, rounds it to ``dtype`` in registers
-    and sums the products in fp32; the epilogue (bias, rounding) and whatever fuses
-    after it run on the sums. A row of tiles would leave most of each MMA idle and
+    and sums the products in fp32 (over a [K, N] weight with ``configs``, the gemv
+    template's partial sums and a reduction over them); the epilogue (bias, rounding)
+    and whatever fuses after it run on the sums. A row of tiles would leave most of each MMA idle and
     stream the weight slower (see the ``stream_gemv`` calibration).
     Returns (the output, the realized sums).
     """
@@ -720,16 +838,19 @@ def _lower_gemv(
         hint = ReductionHint.INNER if b.get_stride()[0] == 1 else ReductionHint.DEFAULT
     except (NotImplementedError, AttributeError):  # an unrealized 16-bit cast
         hint = ReductionHint.DEFAULT
-    sums = ir.Reduction.create(
-        device=a.get_device(),
-        dst_dtype=torch.float32,
-        src_dtype=torch.float32,
-        inner_fn=product,
-        ranges=[m, n],
-        reduction_ranges=[k],
-        reduction_type="sum",
-        reduction_hint=hint,
-    )
+    if hint != ReductionHint.INNER and configs:
+        sums = _gemv_template_sums(a, b, dtype, configs)
+    else:
+        sums = ir.Reduction.create(
+            device=a.get_device(),
+            dst_dtype=torch.float32,
+            src_dtype=torch.float32,
+            inner_fn=product,
+            ranges=[m, n],
+            reduction_ranges=[k],
+            reduction_type="sum",
+            reduction_hint=hint,
+        )
     sums.realize()  # a reduction is read through its buffer; the epilogue fuses into it
     sums_load = sums.make_loader()
     epilogue = tensorcore_epilogue(dtype, alpha, beta, bias is not None)

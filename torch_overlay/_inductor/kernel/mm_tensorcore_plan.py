@@ -691,6 +691,32 @@ def predict_gemv(p: Problem, dev: DeviceModel) -> float:
     return casts + (read + p.n * HALF) / (dev.copy_bw * stream) + dev.kernel_overhead
 
 
+@dataclasses.dataclass(frozen=True)
+class GemvConfig:
+    """A config of the gemv template (one row times a [K, N] weight): programs of
+    BLOCK_N columns and ROWS rows, a [BLOCK_K, BLOCK_N] slab of the weight a step."""
+
+    BLOCK_N: int
+    BLOCK_K: int
+    ROWS: int  # a multiple of BLOCK_K
+    num_warps: int
+
+
+# 8 KB of fp32 weight in flight a program (Inductor's outer-reduction config holds 2 KB,
+# too little to stream at the copy rate)
+GEMV_CONFIG = GemvConfig(BLOCK_N=32, BLOCK_K=64, ROWS=64, num_warps=4)
+# max-autotune's alternatives, within a few percent of it where measured
+GEMV_NEIGHBOURS = (
+    GemvConfig(BLOCK_N=16, BLOCK_K=64, ROWS=64, num_warps=2),
+    GemvConfig(BLOCK_N=64, BLOCK_K=32, ROWS=64, num_warps=4),
+)
+
+
+def gemv_configs(p: Problem, autotune: bool = False) -> list[GemvConfig]:
+    """The gemv template's configs for ``p`` (its neighbours too under max-autotune)."""
+    return [GEMV_CONFIG, *(GEMV_NEIGHBOURS if autotune else ())]
+
+
 # M up to which a 16-bit weight (``Problem.weight16``) may take the decode kernels
 DECODE16_M_MAX = 16
 GEMV_LONG_K = 8192
