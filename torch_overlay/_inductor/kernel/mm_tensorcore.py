@@ -788,8 +788,6 @@ def _gemv_template_sums(
     def total(index: Any, rindex: Any) -> Any:
         return partial_load([rindex[0], index[1]])
 
-    from torch._inductor.ir import ReductionHint
-
     return ir.Reduction.create(
         device=a.get_device(),
         dst_dtype=torch.float32,
@@ -798,7 +796,7 @@ def _gemv_template_sums(
         ranges=[1, n],
         reduction_ranges=[splits],
         reduction_type="sum",
-        reduction_hint=ReductionHint.OUTER,
+        reduction_hint=ir.ReductionHint.OUTER,
     )
 
 
@@ -815,9 +813,10 @@ def _lower_gemv(
 
     One kernel reads each (fp32) operand once, rounds it to ``dtype`` in registers
     and sums the products in fp32 (over a [K, N] weight with ``configs``, the gemv
-    template's partial sums and a reduction over them); the epilogue (bias, rounding)
-    and whatever fuses after it run on the sums. A row of tiles would leave most of each MMA idle and
-    stream the weight slower (see the ``stream_gemv`` calibration).
+    template's partial sums and a reduction over them); the epilogue (bias,
+    rounding) and whatever fuses after it run on the sums. A row of tiles would
+    leave most of each MMA idle and stream the weight slower (see the
+    ``stream_gemv`` calibration).
     Returns (the output, the realized sums).
     """
     from torch._inductor.ir import ReductionHint
