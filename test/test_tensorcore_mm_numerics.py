@@ -120,7 +120,6 @@ class TestTensorCoreMMInterpreter(TensorCoreMMTestCase):
             self.assertLessEqual(int((diff > 0).sum()), max(1, int(0.02 * diff.numel())),
                                  (op, shape))
 
-
     def test_gemv_template_values(self):
         # one row times a [K, N] weight (the gemv template): K off the split, N off
         # BLOCK_N; each split's fp32 partial sum of fp16-rounded products (fp16: the

@@ -37,6 +37,7 @@ import sympy
 import torch
 from torch._dynamo.utils import counters
 from torch._inductor import config as inductor_config, ir
+from torch._inductor.codegen.triton import triton_type
 from torch._inductor.kernel.bmm import bmm_grid
 from torch._inductor.kernel_inputs import MMKernelInputs
 from torch._inductor.lowering import expand, lowerings
@@ -461,6 +462,7 @@ def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
     else:
         the_plan = planner.plan(problem, dev, force=force)
     plan_log.debug("%s %s: %s", node, (batch, mh, nh, kh), the_plan.describe())
+    autotune = inductor_config.max_autotune or inductor_config.max_autotune_gemm
     if the_plan.path == "gemv":
         # read the fp32 sources unless their casts run anyway
         a = a32 if a32 is not None and not a_shared else a16
@@ -473,7 +475,6 @@ def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
             a = realize_inputs(a)
         # static sizes: a weight read across rows takes the gemv template's configs
         static = all(isinstance(v, int) or v.is_number for v in (k, n))
-        autotune = inductor_config.max_autotune or inductor_config.max_autotune_gemm
         result, sums = _lower_gemv(
             a,
             b,
@@ -481,7 +482,7 @@ def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
             kwargs.get("alpha", 1),
             kwargs.get("beta", 1),
             dtype,
-            planner.gemv_configs(problem, autotune) if static else [],
+            planner.gemv_configs(autotune) if static else [],
         )
         _count("tensorcore_mm_gemv")
         if weight16:
@@ -489,7 +490,6 @@ def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
         # the buffer the reduction kernel computes
         meta_mod.attach_matmul_meta(sums, node)
         return result
-    autotune = inductor_config.max_autotune or inductor_config.max_autotune_gemm
     # timing needs a live device: a compile from fake tensors alone goes by the prediction
     measure = (
         the_plan.measure
@@ -763,7 +763,6 @@ def _gemv_template_sums(
     rows = configs[0].ROWS  # every config of one matmul splits K alike
     splits = V.graph.sizevars.guard_int(ceildiv(k, rows))
     layout = ir.FixedLayout(a.get_device(), torch.float32, [splits, n])
-    dot_dtype = {torch.bfloat16: "tl.bfloat16", torch.float16: "tl.float16"}[dtype]
     choices: list[Any] = []
     for cfg in configs:
         tensorcore_gemv_template.maybe_append_choice(
@@ -775,7 +774,7 @@ def _gemv_template_sums(
             BLOCK_N=cfg.BLOCK_N,
             BLOCK_K=cfg.BLOCK_K,
             ROWS=rows,
-            DOT_DTYPE=dot_dtype,
+            DOT_DTYPE=triton_type(dtype),
         )
     if not choices:
         raise _Decline("no_config")

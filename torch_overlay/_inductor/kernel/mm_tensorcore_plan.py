@@ -712,8 +712,8 @@ GEMV_NEIGHBOURS = (
 )
 
 
-def gemv_configs(p: Problem, autotune: bool = False) -> list[GemvConfig]:
-    """The gemv template's configs for ``p`` (its neighbours too under max-autotune)."""
+def gemv_configs(autotune: bool = False) -> list[GemvConfig]:
+    """The gemv template's configs (its neighbours too under max-autotune)."""
     return [GEMV_CONFIG, *(GEMV_NEIGHBOURS if autotune else ())]
 
 
