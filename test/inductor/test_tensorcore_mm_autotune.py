@@ -85,6 +85,24 @@ class TestAutotuneConfigs(TestCase):
             any(c.SWAP_AB for c in planner.select_configs(p, dev, True, True))
         )
 
+    def test_two_row_tiles_swap(self):
+        # M = 129-256: two 128-row tiles each cast the weight; swapped, in registers
+        dev = planner.device_model(DEVICE_SPECS["h100"])
+        for m, n, swap, block_n in [
+            (256, 14336, True, 128),
+            (200, 4096, True, 64),
+            (128, 4096, False, 32),
+        ]:
+            (cfg,) = planner.select_configs(linear_problem(m, n, 4096), dev, False, True)
+            self.assertEqual((cfg.SWAP_AB, cfg.BLOCK_N, cfg.SPLIT_K), (swap, block_n, 1))
+            exhaustive = planner.select_configs(
+                linear_problem(m, n, 4096), dev, False, True, exhaustive=True
+            )
+            self.assertEqual({c.SWAP_AB for c in exhaustive}, {True, False})
+        # x cast in the kernel too: A stays the register operand
+        (cfg,) = planner.select_configs(linear_problem(256, 4096, 4096), dev, True, True)
+        self.assertFalse(cfg.SWAP_AB)
+
 
 SWAP = dict(
     BLOCK_M=16,

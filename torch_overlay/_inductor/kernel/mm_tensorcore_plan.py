@@ -416,6 +416,12 @@ def select_configs(
         tiles = p.batch * grid_m * math.ceil(p.n / block_n) * split
         shared_sm = b_size == FP32 and block_m <= 32 and tiles >= 2 * dev.sm_count
         stages = 3 if shared_sm else 6
+        # two row tiles each cast the fp32 weight: as wgmma's register operand (B
+        # swapped to A) it skips the trip back through shared memory
+        swap = grid_m == 2 and b_size == FP32 and a_size == HALF
+        if swap:
+            block_n, block_k, split = max(64, block_n), 64, 1
+            stages = 4 if block_n == 64 else 3
         base = TileConfig(
             block_m,
             block_n,
@@ -423,6 +429,7 @@ def select_configs(
             GROUP_M=8,
             num_warps=warps,
             num_stages=stages,
+            SWAP_AB=swap,
             SPLIT_K=split,
         )
         variants = [base]
@@ -432,7 +439,7 @@ def select_configs(
                 dataclasses.replace(base, BLOCK_N=min(128, block_n * 2)),
                 dataclasses.replace(base, BLOCK_K=max(32, block_k // 2)),
                 dataclasses.replace(
-                    base, SWAP_AB=True, SPLIT_K=1, BLOCK_N=max(64, block_n)
+                    base, SWAP_AB=not swap, SPLIT_K=1, BLOCK_N=max(64, block_n)
                 ),
             ]
             if p.batch == 1:
