@@ -118,6 +118,29 @@ class TestEdits(TestCase):
         with self.assertRaisesRegex(EditError, "nested function 'closure'"):
             self.swaps("        return x + offset\n", "        return x - offset\n")
 
+    def test_definitions_are_parsed_once_per_text(self):
+        # enabling parses Inductor's large modules: memoized in the process and on disk
+        from torch_overlay import _edits
+
+        text = SOURCE + "\n\ndef added_for_this_test_%d():\n    pass\n" % os.getpid()
+        with mock.patch.object(_edits, "_definitions_cache_dir", lambda: self.root / "c"):
+            with mock.patch.object(_edits, "_parse_definitions",
+                                   wraps=_edits._parse_definitions) as parse:
+                first = _edits.definitions(text)
+                self.assertEqual(_edits.definitions(text), first)
+                _edits._DEFINITIONS.clear()  # a new process: from the disk
+                self.assertEqual(_edits.definitions(text), first)
+                self.assertEqual(parse.call_count, 1)
+                # a damaged cache file is parsed again
+                (cached,) = (self.root / "c").iterdir()
+                cached.write_text("[[1, 2")
+                _edits._DEFINITIONS.clear()
+                self.assertEqual(_edits.definitions(text), first)
+                self.assertEqual(parse.call_count, 2)
+        self.assertEqual(
+            (first["plain"].lineno, first["Child.method"].name), (4, "method"))
+        self.assertEqual([n for n, *_ in first["decorate"].nested], ["wrapper"])
+
     def test_drift_names_the_hunk_and_torch_version(self):
         path = self.root / "drift.diff"
         path.write_text(diff_of(SOURCE.replace("x + 1", "x + 7"),

@@ -27,11 +27,15 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import hashlib
 import importlib
 import inspect
+import json
 import linecache
+import os
 import pathlib
 import re
+import sys
 import textwrap
 import types
 from typing import Any, Iterator
@@ -246,27 +250,78 @@ def select_edit(primary: pathlib.Path) -> FileDiff:
     raise error
 
 
-def _definitions(tree: ast.Module) -> Iterator[tuple[str, ast.AST]]:
-    """(qualname, node) of top-level functions and methods of top-level classes."""
-    for node in tree.body:
+@dataclasses.dataclass(frozen=True)
+class Definition:
+    """A top-level function or a method of a top-level class, by its lines."""
+
+    qualname: str
+    name: str
+    lineno: int  # of the ``def`` (decorators above it are not part of the body)
+    end_lineno: int
+    nested: tuple[tuple[str, int, int], ...]  # (name, first, last) of inner functions
+
+
+_DEFINITIONS: dict[str, dict[str, Definition]] = {}
+
+
+def definitions(source: str) -> dict[str, Definition]:
+    """qualname -> ``Definition`` of ``source``; memoized in the process and on disk by the
+    text's digest, as parsing Inductor's large modules is most of enabling's time."""
+    key = hashlib.sha256(f"{sys.version_info[:2]}\0{source}".encode()).hexdigest()
+    found = _DEFINITIONS.get(key)
+    if found is None:
+        path = _definitions_cache_dir() / f"defs-{key[:40]}.json"
+        try:
+            found = {d[0]: Definition(d[0], d[1], d[2], d[3], tuple(map(tuple, d[4])))
+                     for d in json.loads(path.read_text())}
+        except (OSError, ValueError, IndexError, TypeError):
+            found = dict(_parse_definitions(source))
+            _write_atomic(path, json.dumps([dataclasses.astuple(d) for d in found.values()]))
+        _DEFINITIONS[key] = found
+    return found
+
+
+def _parse_definitions(source: str) -> Iterator[tuple[str, Definition]]:
+    def define(qualname: str, node: ast.AST) -> tuple[str, Definition]:
+        nested = tuple((inner.name, inner.lineno, inner.end_lineno) for inner in ast.walk(node)
+                       if inner is not node
+                       and isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef)))
+        return qualname, Definition(qualname, node.name, node.lineno, node.end_lineno, nested)
+
+    for node in ast.parse(source).body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            yield node.name, node
+            yield define(node.name, node)
         elif isinstance(node, ast.ClassDef):
             for item in node.body:
                 if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    yield f"{node.name}.{item.name}", item
+                    yield define(f"{node.name}.{item.name}", item)
 
 
-def _enclosing(tree: ast.Module, first: int, last: int) -> str | None:
+def _definitions_cache_dir() -> pathlib.Path:
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    return pathlib.Path(cache_dir()) / "torch_overlay"
+
+
+def _write_atomic(path: pathlib.Path, text: str) -> None:
+    try:  # a cache: a read-only or full disk only costs the next process a parse
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}")
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
+def _enclosing(defs: dict[str, Definition], first: int, last: int) -> str | None:
     """The function or method whose body holds lines first..last. A nested function is
     refused: the live closures made from it would keep their old code."""
-    for qualname, node in _definitions(tree):
-        if node.lineno < first and last <= node.end_lineno + 1:
-            for inner in ast.walk(node):
-                if (inner is not node and isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef))
-                        and inner.lineno <= last and first <= inner.end_lineno):
+    for qualname, d in defs.items():
+        if d.lineno < first and last <= d.end_lineno + 1:
+            for name, lo, hi in d.nested:
+                if lo <= last and first <= hi:
                     raise EditError(f"{qualname}: the edit reaches the nested function "
-                                    f"{inner.name!r}, whose live closures would keep the old code")
+                                    f"{name!r}, whose live closures would keep the old code")
             return qualname
     return None
 
@@ -294,7 +349,7 @@ def live_function(module: types.ModuleType, qualname: str) -> types.FunctionType
                     f"{filename}")
 
 
-def compile_function(edited: str, node: ast.AST, original: types.FunctionType,
+def compile_function(edited: str, node: Definition, original: types.FunctionType,
                      module: types.ModuleType, filename: str) -> types.CodeType:
     """The code object of the definition ``node`` of the ``edited`` module source.
 
@@ -350,7 +405,7 @@ def plan_swaps(diffs: list[FileDiff]) -> list[Swap]:
         edited = inspect.getsource(module)
         qualnames: list[str] = []
         for diff in module_diffs:
-            before = ast.parse(edited)
+            before = definitions(edited)
             edited, changed = apply_hunks(edited, diff)
             for (first, last), hunk in zip(changed, diff.hunks):
                 qualname = _enclosing(before, first, last)
@@ -364,7 +419,7 @@ def plan_swaps(diffs: list[FileDiff]) -> list[Swap]:
         filename = f"{inspect.getsourcefile(module)} (edited by {names})"
         # tracebacks through the edited code show the edited lines
         linecache.cache[filename] = (len(edited), None, edited.splitlines(True), filename)
-        new_defs = dict(_definitions(ast.parse(edited)))
+        new_defs = definitions(edited)
         for qualname in qualnames:
             function = live_function(module, qualname)
             code = compile_function(edited, new_defs[qualname], function, module, filename)
