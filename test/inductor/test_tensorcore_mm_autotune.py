@@ -93,14 +93,20 @@ class TestAutotuneConfigs(TestCase):
             (200, 4096, True, 64),
             (128, 4096, False, 32),
         ]:
-            (cfg,) = planner.select_configs(linear_problem(m, n, 4096), dev, False, True)
-            self.assertEqual((cfg.SWAP_AB, cfg.BLOCK_N, cfg.SPLIT_K), (swap, block_n, 1))
+            (cfg,) = planner.select_configs(
+                linear_problem(m, n, 4096), dev, False, True
+            )
+            self.assertEqual(
+                (cfg.SWAP_AB, cfg.BLOCK_N, cfg.SPLIT_K), (swap, block_n, 1)
+            )
             exhaustive = planner.select_configs(
                 linear_problem(m, n, 4096), dev, False, True, exhaustive=True
             )
             self.assertEqual({c.SWAP_AB for c in exhaustive}, {True, False})
         # x cast in the kernel too: A stays the register operand
-        (cfg,) = planner.select_configs(linear_problem(256, 4096, 4096), dev, True, True)
+        (cfg,) = planner.select_configs(
+            linear_problem(256, 4096, 4096), dev, True, True
+        )
         self.assertFalse(cfg.SWAP_AB)
 
 
