@@ -13,6 +13,7 @@ from typing import Any, TYPE_CHECKING
 import sympy
 
 import torch
+from torch._inductor.codegen.triton import triton_type
 from torch._inductor.heuristics.registry import register_template_heuristic
 from torch._inductor.kernel_inputs import KernelInputs, MMKernelInputs
 from torch._inductor.utils import ceildiv
@@ -60,9 +61,7 @@ class TensorCoreMMTemplateConfigHeuristic(TemplateConfigHeuristics):
         has_bias = kernel_inputs.count == 3
         alpha = kernel_inputs._scalars.get("alpha", 1)
         beta = kernel_inputs._scalars.get("beta", 1)
-        dot_dtype = {torch.bfloat16: "tl.bfloat16", torch.float16: "tl.float16"}[
-            out_dtype
-        ]
+        dot_dtype = triton_type(out_dtype)
         extra: dict[str, Any] = {}
         m, n, _ = kernel_inputs.mnk_symbolic()
         workspace = max(
