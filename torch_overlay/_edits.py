@@ -32,7 +32,6 @@ import importlib
 import inspect
 import json
 import linecache
-import os
 import pathlib
 import re
 import sys
@@ -304,11 +303,10 @@ def _definitions_cache_dir() -> pathlib.Path:
 
 
 def _write_atomic(path: pathlib.Path, text: str) -> None:
+    from torch._inductor.codecache import write_atomic
+
     try:  # a cache: a read-only or full disk only costs the next process a parse
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.name}.{os.getpid()}")
-        tmp.write_text(text)
-        os.replace(tmp, path)
+        write_atomic(str(path), text, make_dirs=True)
     except OSError:
         pass
 

@@ -103,6 +103,9 @@ class TestAutotuneConfigs(TestCase):
                 linear_problem(m, n, 4096), dev, False, True, exhaustive=True
             )
             self.assertEqual({c.SWAP_AB for c in exhaustive}, {True, False})
+        # a K shorter than the swapped tile's 64 keeps the tile's depth to K
+        (cfg,) = planner.select_configs(linear_problem(256, 4096, 32), dev, False, True)
+        self.assertEqual((cfg.SWAP_AB, cfg.BLOCK_K), (True, 32))
         # x cast in the kernel too: A stays the register operand
         (cfg,) = planner.select_configs(
             linear_problem(256, 4096, 4096), dev, True, True
@@ -160,12 +163,15 @@ class TestTensorCoreMMAutotune(TensorCoreMMTestCase):
         )
 
     @requires_cuda_sm80
-    @inductor_config.patch(
-        tensorcore_mm_force_config=SWAP, tensorcore_mm_force_path="template"
-    )
-    def test_swap_ab_values(self):
+    @parametrize("split_k", [1, 2])
+    def test_swap_ab_values(self, split_k):
+        # split-K's partial sums of a swapped tile are [BLOCK_N, BLOCK_M]
         x, w, b = gpu_randn((37, 999), (1001, 999), (1001,))
-        out, code = self.compile_and_run(linear(), x, w, b)
+        with inductor_config.patch(
+            tensorcore_mm_force_config=dict(SWAP, SPLIT_K=split_k),
+            tensorcore_mm_force_path="template",
+        ):
+            out, code = self.compile_and_run(linear(), x, w, b)
         self.assertEqual(len(template_kernels(code)), 1)
         self.assertLikeEager(
             out, linear(), (x, w, b), lambda x, w, b: x @ w.t() + b, BF16

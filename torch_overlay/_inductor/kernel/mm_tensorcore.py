@@ -666,6 +666,7 @@ def _timings(
 
     import triton
 
+    from torch._inductor.codecache import write_atomic
     from torch._inductor.runtime.cache_dir_utils import cache_dir
 
     hint = V.graph.sizevars.optimization_hint
@@ -703,11 +704,11 @@ def _timings(
     except (OSError, ValueError, KeyError):
         pass
     template, gemm = _measure(choice, kernel_inputs, layout, layouts, op, dtype)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump({"template": template, "gemm": gemm, "key": key}, f)
-    os.replace(tmp, path)
+    write_atomic(
+        path,
+        json.dumps({"template": template, "gemm": gemm, "key": key}),
+        make_dirs=True,
+    )
     return template, gemm
 
 
@@ -818,8 +819,6 @@ def _lower_gemv(
     ``stream_gemv`` calibration).
     Returns (the output, the realized sums).
     """
-    from torch._inductor.ir import ReductionHint
-
     m, k = a.get_size()
     n = b.get_size()[1]
     a_load, b_load = a.make_loader(), b.make_loader()
@@ -833,10 +832,14 @@ def _lower_gemv(
         )
 
     try:  # F.linear's weight: K contiguous, each output reads one row of it
-        hint = ReductionHint.INNER if b.get_stride()[0] == 1 else ReductionHint.DEFAULT
+        hint = (
+            ir.ReductionHint.INNER
+            if b.get_stride()[0] == 1
+            else ir.ReductionHint.DEFAULT
+        )
     except (NotImplementedError, AttributeError):  # an unrealized 16-bit cast
-        hint = ReductionHint.DEFAULT
-    if hint != ReductionHint.INNER and configs:
+        hint = ir.ReductionHint.DEFAULT
+    if hint != ir.ReductionHint.INNER and configs:
         sums = _gemv_template_sums(a, b, dtype, configs)
     else:
         sums = ir.Reduction.create(

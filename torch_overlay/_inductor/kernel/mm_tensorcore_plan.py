@@ -408,20 +408,23 @@ def select_configs(
         thin = block_m <= 32 or (b_size == FP32 and block_n <= 32)
         block_k = 128 if max(a_size, b_size) == FP32 and thin else 64
         block_k = min(block_k, _pow2_at_least(p.k, 16, 128))
-        # 4 warps up to 128x64 tiles
-        warps = 8 if block_m * block_n > 128 * 64 else 4
-        split = _split_k(p, dev, block_m, block_n, block_k)
-        # thin tiles streaming an fp32 weight, several tiles an SM: 3 stages let them
-        # share it; one tile an SM needs the deep pipeline
-        tiles = p.batch * grid_m * math.ceil(p.n / block_n) * split
-        shared_sm = b_size == FP32 and block_m <= 32 and tiles >= 2 * dev.sm_count
-        stages = 3 if shared_sm else 6
         # two row tiles each cast the fp32 weight: as wgmma's register operand (B
         # swapped to A) it skips the trip back through shared memory
         swap = grid_m == 2 and b_size == FP32 and a_size == HALF
         if swap:
-            block_n, block_k, split = max(64, block_n), 64, 1
+            block_n, block_k = max(64, block_n), min(block_k, 64)
+        # 4 warps up to 128x64 tiles
+        warps = 8 if block_m * block_n > 128 * 64 else 4
+        split = 1 if swap else _split_k(p, dev, block_m, block_n, block_k)
+        # thin tiles streaming an fp32 weight, several tiles an SM: 3 stages let them
+        # share it; one tile an SM needs the deep pipeline; a swapped tile's 64 or 128
+        # columns fit 4 or 3
+        tiles = p.batch * grid_m * math.ceil(p.n / block_n) * split
+        shared_sm = b_size == FP32 and block_m <= 32 and tiles >= 2 * dev.sm_count
+        if swap:
             stages = 4 if block_n == 64 else 3
+        else:
+            stages = 3 if shared_sm else 6
         base = TileConfig(
             block_m,
             block_n,
