@@ -75,6 +75,8 @@ class TestTensorCoreMMInterpreter(TensorCoreMMTestCase):
             # K split in 4, the last program of each tile sums the partials
             ("addmm", (5, 40, 300), planner.TileConfig(16, 16, 32, 8, 4, 2, SPLIT_K=4)),
             ("mm", (1, 20, 1000), planner.TileConfig(16, 16, 64, 8, 4, 3, SPLIT_K=8)),
+            # both: the partials are [BLOCK_N, BLOCK_M] tiles (max-autotune's neighbour)
+            ("addmm", (37, 70, 300), dataclasses.replace(swap, SPLIT_K=2)),
         ]
         jobs, expected = [], []
         for op, (m, n, k), config in cases:
