@@ -3,9 +3,11 @@
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 import tempfile
+import uuid
 
 from torch._inductor.test_case import run_tests, TestCase
 
@@ -13,8 +15,21 @@ WORKER = pathlib.Path(__file__).with_name("cache_safety_worker.py")
 
 
 class TestCacheSafety(TestCase):
-    def run_worker(self, cache_dir, state, *flags):
-        env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache_dir,
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        # one cache dir for the class: Inductor's C++ ISA probes and the overlays' parse
+        # memo are paid once; each test keys its own FX and AOTAutograd entries by a tag
+        cls.cache_dir = tempfile.mkdtemp()
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.cache_dir, ignore_errors=True)
+        super().tearDownClass()
+
+    def run_worker(self, tag, state, *flags):
+        env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=self.cache_dir,
+                   TORCH_COMPILE_CACHE_KEY_TAG=tag,
                    TORCHINDUCTOR_FX_GRAPH_CACHE="1", TORCHINDUCTOR_AUTOGRAD_CACHE="1")
         env.pop("TORCH_OVERLAY_DISABLE", None)
         # without the activation conftest gives the suite's child processes: the worker
@@ -28,23 +43,23 @@ class TestCacheSafety(TestCase):
         return json.loads(out.stdout.strip().splitlines()[-1])
 
     def test_on_off_on_each_gets_its_own_code(self):
-        with tempfile.TemporaryDirectory() as cache_dir:
-            first = self.run_worker(cache_dir, "on")
-            self.assertTrue(first["cos"], first)
-            self.assertEqual(first["fx_hits"], 0)
-            off = self.run_worker(cache_dir, "off")
-            self.assertTrue(off["sin"], off)  # not the cached overlay code
-            again = self.run_worker(cache_dir, "on")
-            self.assertTrue(again["cos"], again)
-            # the cache still works within one state
-            self.assertGreater(again["fx_hits"] + again["aot_hits"], 0, again)
+        tag = uuid.uuid4().hex
+        first = self.run_worker(tag, "on")
+        self.assertTrue(first["cos"], first)
+        self.assertEqual(first["fx_hits"], 0)
+        off = self.run_worker(tag, "off")
+        self.assertTrue(off["sin"], off)  # not the cached overlay code
+        again = self.run_worker(tag, "on")
+        self.assertTrue(again["cos"], again)
+        # the cache still works within one state
+        self.assertGreater(again["fx_hits"] + again["aot_hits"], 0, again)
 
     def test_control_without_cache_key_is_served_stale_code(self):
         # proves the test above can fail: a bare lowering patch is invisible to the key
-        with tempfile.TemporaryDirectory() as cache_dir:
-            self.assertTrue(self.run_worker(cache_dir, "on", "--unsafe")["cos"])
-            stale = self.run_worker(cache_dir, "off", "--unsafe")
-            self.assertTrue(stale["cos"], stale)
+        tag = uuid.uuid4().hex
+        self.assertTrue(self.run_worker(tag, "on", "--unsafe")["cos"])
+        stale = self.run_worker(tag, "off", "--unsafe")
+        self.assertTrue(stale["cos"], stale)
 
 
 if __name__ == "__main__":
