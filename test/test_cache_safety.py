@@ -18,8 +18,8 @@ class TestCacheSafety(TestCase):
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
-        # one cache dir for the class: Inductor's C++ ISA probes and the overlays' parse
-        # memo are paid once; each test keys its own FX and AOTAutograd entries by a tag
+        # one cache dir for the class: the overlays' parse memo is paid once; each test
+        # keys its own FX and AOTAutograd entries by a tag
         cls.cache_dir = tempfile.mkdtemp()
 
     @classmethod
@@ -28,8 +28,10 @@ class TestCacheSafety(TestCase):
         super().tearDownClass()
 
     def run_worker(self, tag, state, *flags):
+        # scalar C++ (TORCHINDUCTOR_VEC_ISA_OK=0): else each process builds and loads a
+        # probe per vector ISA first, 30-45 s a process on 2.11
         env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=self.cache_dir,
-                   TORCH_COMPILE_CACHE_KEY_TAG=tag,
+                   TORCH_COMPILE_CACHE_KEY_TAG=tag, TORCHINDUCTOR_VEC_ISA_OK="0",
                    TORCHINDUCTOR_FX_GRAPH_CACHE="1", TORCHINDUCTOR_AUTOGRAD_CACHE="1")
         env.pop("TORCH_OVERLAY_DISABLE", None)
         # without the activation conftest gives the suite's child processes: the worker
