@@ -415,15 +415,14 @@ def select_configs(
             block_n, block_k = max(64, block_n), min(block_k, 64)
         # 4 warps up to 128x64 tiles
         warps = 8 if block_m * block_n > 128 * 64 else 4
-        split = 1 if swap else _split_k(p, dev, block_m, block_n, block_k)
-        # thin tiles streaming an fp32 weight, several tiles an SM: 3 stages let them
-        # share it; one tile an SM needs the deep pipeline; a swapped tile's 64 or 128
-        # columns fit 4 or 3
-        tiles = p.batch * grid_m * math.ceil(p.n / block_n) * split
-        shared_sm = b_size == FP32 and block_m <= 32 and tiles >= 2 * dev.sm_count
-        if swap:
-            stages = 4 if block_n == 64 else 3
+        if swap:  # a swapped tile's 64 or 128 columns fit 4 or 3 stages
+            split, stages = 1, 4 if block_n == 64 else 3
         else:
+            split = _split_k(p, dev, block_m, block_n, block_k)
+            # thin tiles streaming an fp32 weight, several tiles an SM: 3 stages let
+            # them share it; one tile an SM needs the deep pipeline
+            tiles = p.batch * grid_m * math.ceil(p.n / block_n) * split
+            shared_sm = b_size == FP32 and block_m <= 32 and tiles >= 2 * dev.sm_count
             stages = 3 if shared_sm else 6
         base = TileConfig(
             block_m,
