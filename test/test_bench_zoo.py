@@ -142,6 +142,25 @@ class TestZooModels(TestCase):
         self.assertRegex(text, r"\| decode_dyn B=16 \|[^\n]* \| 512 / 256 \| ")
         self.assertRegex(text, r"\| decode_dyn B=4 \|[^\n]* \| - \| ")
 
+    def test_measure_row_keeps_each_sides_fastest_compile(self):
+        """compiles=2: each side compiles twice; times fall with every call here, so each
+        side's second compile is its faster one, in both passes."""
+        ticks = iter(range(1000, 0, -1))
+        b4, = [e for e in zoo.measure_row(
+            zoo.SPECS["gpt2-large"], zoo.build(zoo.SPECS["gpt2-large"], "cpu", tiny=True),
+            "decode_dyn", device="cpu", timer=lambda call: (call(), float(next(ticks)))[1],
+            compile=lambda f, **kw: torch.compile(f, backend="eager", **kw), compiles=2)
+            if e["batch"] == 4]
+        # pass 1: stock's compiles 0 and 1 (batches 4, 16, 1 each), then overlay's; pass 2
+        # overlay's, then stock's
+        stock, overlay = b4["sides"]["stock"], b4["sides"]["overlay"]
+        self.assertEqual(stock["us"], [997.0, 979.0])
+        self.assertEqual(stock["compiles_mean_us"], [991.0, 988.0])
+        self.assertEqual(overlay["us"], [991.0, 985.0])
+        self.assertEqual(overlay["compiles_mean_us"], [991.0, 988.0])
+        self.assertEqual(b4["ratio"], 1.0)
+        self.assertIn("compile_s", stock)  # the first compile's
+
 
 if __name__ == "__main__":
     run_tests()
