@@ -121,6 +121,15 @@ class TestZooModels(TestCase):
             self.assertIn("recompile_s", b1["sides"][side])
             self.assertEqual(set(b16["sides"][side]) & {"compile_s", "recompile_s"}, set())
             self.assertEqual(len(b4["sides"][side]["us"]), 2)  # two passes
+            # an error for every input set, averaged (0 here: CPU tensors under CUDA
+            # autocast compute in fp32 like the reference)
+            errs = b1["sides"][side]["errs"]
+            self.assertEqual(len(errs), zoo.ERR_INPUTS)
+            self.assertEqual(b1["sides"][side]["err"], sum(errs) / len(errs))
+        spec, model = zoo.SPECS["gpt2-large"], zoo.build(zoo.SPECS["gpt2-large"], "cpu", tiny=True)
+        ids = [zoo.make_inputs(spec, model, "decode1", 16, "cpu", seed)[0]
+               for seed in range(zoo.ERR_INPUTS)]
+        self.assertEqual(len({tuple(t.flatten().tolist()) for t in ids}), zoo.ERR_INPUTS)
         # pass 1 times stock then overlay, pass 2 overlay then stock: batches 4, 16, 1 each
         self.assertEqual(b4["sides"]["stock"]["us"], [100.0, 109.0])
         self.assertEqual(b4["sides"]["overlay"]["us"], [103.0, 106.0])
