@@ -106,6 +106,14 @@ class TestZooModels(TestCase):
         again = zoo.build(zoo.SPECS["gpt2-large"], "cpu", tiny=True)
         self.assertEqual(again.lm_head.weight, model.lm_head.weight, atol=0, rtol=0)
 
+    def test_errors_one_element_against_all(self):
+        """One element off by 1 in 100: the maximum says 1, the rms error 1/10."""
+        ref = torch.ones(10, 10)
+        out = ref.clone()
+        out[3, 7] += 1
+        self.assertEqual(zoo.max_rel_err(out, ref), 1.0)
+        self.assertAlmostEqual(zoo.rms_rel_err(out, ref), 0.1, places=12)
+
     def test_measure_row_bookkeeping_and_table(self):
         """The loop on the CPU: Dynamo's eager backend for the compile, a counter for the
         timer. decode_dyn compiles at batch 4, reuses the graph at 16, recompiles at 1."""
@@ -126,6 +134,7 @@ class TestZooModels(TestCase):
             errs = b1["sides"][side]["errs"]
             self.assertEqual(len(errs), zoo.ERR_INPUTS)
             self.assertEqual(b1["sides"][side]["err"], sum(errs) / len(errs))
+            self.assertEqual(len(b1["sides"][side]["rms_errs"]), zoo.ERR_INPUTS)
         spec, model = zoo.SPECS["gpt2-large"], zoo.build(zoo.SPECS["gpt2-large"], "cpu", tiny=True)
         ids = [zoo.make_inputs(spec, model, "decode1", 16, "cpu", seed)[0]
                for seed in range(zoo.ERR_INPUTS)]
@@ -148,6 +157,7 @@ class TestZooModels(TestCase):
         self.assertIn("| gpt2-large | 1280 | decode_dyn B=4 | 104.5 | 104.5 | 1.00x |", text)
         self.assertIn("| t5-large | 1024 | train | - | - | skipped |", text)
         self.assertIn("peak MiB stock / overlay", text)
+        self.assertIn("rms err stock / overlay (eager)", text)
         self.assertRegex(text, r"\| decode_dyn B=16 \|[^\n]* \| 512 / 256 \| ")
         self.assertRegex(text, r"\| decode_dyn B=4 \|[^\n]* \| - \| ")
 

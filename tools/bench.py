@@ -393,10 +393,16 @@ def run_benchmarks(plan, doc: dict, out_dir: pathlib.Path, args, overlays) -> No
 def warm_up_compiler(device: str) -> None:
     """Start Inductor's compile workers and load its modules before the first case, so
     that case's compile time is not charged for them."""
+    from torch._inductor.async_compile import AsyncCompile
+
     x = torch.randn(1 << 10, device=device)
     with mode_context(MODES["stock"], None, False):
         torch.compile(torch.nn.functional.gelu, dynamic=False)(x)
         synchronize(device)
+    try:  # until the workers answer, Inductor compiles each kernel in this process
+        AsyncCompile.wait_pool_ready()
+    except Exception as e:  # noqa: BLE001 - then compiles stay in this process, said once
+        log(f"compile workers not ready: {one_line(e)}")
 
 
 def environment(argv: list[str], overlays: list[str] | None) -> dict:

@@ -233,6 +233,12 @@ def max_rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
     return ((out - ref).abs().max() / ref.abs().max()).item()
 
 
+def rms_rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """||out - ref|| / ||ref||: every element's rounding, where the maximum is one element's."""
+    out, ref = out.detach().double(), ref.detach().double()
+    return (torch.linalg.vector_norm(out - ref) / torch.linalg.vector_norm(ref)).item()
+
+
 def counters_fired(before: dict) -> dict:
     from torch._dynamo.utils import counters
 
@@ -279,8 +285,12 @@ def measure_row(spec: Spec, model, row: str, device: str = "cuda", timer=kernel_
         loss.backward()
         return loss.detach()
 
-    def errs(fn, b):
-        return [max_rel_err(call(fn, b, s), refs[b][s]) for s in range(ERR_INPUTS)]
+    def errs(fn, b, res):
+        outs = [call(fn, b, s) for s in range(ERR_INPUTS)]
+        for key, err in (("err", max_rel_err), ("rms_err", rms_rel_err)):
+            res[key + "s"] = [err(o, r) for o, r in zip(outs, refs[b])]
+            res[key] = sum(res[key + "s"]) / ERR_INPUTS
+        return res
 
     entries, refs = {}, {}
     for b in batches:
@@ -289,9 +299,9 @@ def measure_row(spec: Spec, model, row: str, device: str = "cuda", timer=kernel_
             with torch.no_grad():
                 ref = forward(spec, model, t, amp=False)  # fp32 eager, no autocast
             refs[b].append(ref.float().pow(2).mean() if train else ref)
-        eager = errs(step, b)
+        eager = errs(step, b, {})
         entries[b] = {"model": spec.name, "hidden": spec.hidden, "row": row, "batch": b,
-                      "eager_err": sum(eager) / len(eager), "sides": {}}
+                      "eager_err": eager["err"], "eager_rms_err": eager["rms_err"], "sides": {}}
     torch._dynamo.reset()
     compiled = {}
     # Dynamo counts every side's compiles against one limit
@@ -300,28 +310,27 @@ def measure_row(spec: Spec, model, row: str, device: str = "cuda", timer=kernel_
             for side in ("stock", "overlay")[::1 if c % 2 == 0 else -1]:
                 compiled[side, c] = compile(fresh(step), fullgraph=True)
                 before = dict(counters["inductor"])
-                for b in batches:
-                    graphs, first = counters["stats"]["unique_graphs"], b == batches[0]
-                    with side_config(side), (fresh_cache() if first else contextlib.nullcontext()):
-                        if row == "decode_dyn" and first:
-                            for t in sets[b][0]:
-                                torch._dynamo.mark_dynamic(t, 0)
-                        start = time.perf_counter()
-                        call(compiled[side, c], b)
-                        if device == "cuda":
-                            torch.cuda.synchronize()
-                        seconds = time.perf_counter() - start
-                    kind = ("compile_s" if first else "recompile_s"
-                            if counters["stats"]["unique_graphs"] > graphs else None)
-                    if c == 0:
-                        res = entries[b]["sides"][side] = {}
+                with fresh_cache():  # one cache a compile, its recompiles' too
+                    for b in batches:
+                        graphs, first = counters["stats"]["unique_graphs"], b == batches[0]
                         with side_config(side):
-                            res["errs"] = errs(compiled[side, c], b)
-                        res["err"] = sum(res["errs"]) / len(res["errs"])
-                    res = entries[b]["sides"][side]
-                    if kind:  # each side's fastest cold compile; all of them beside it
-                        res.setdefault(kind + "_all", []).append(seconds)
-                        res[kind] = min(res[kind + "_all"])
+                            if row == "decode_dyn" and first:
+                                for t in sets[b][0]:
+                                    torch._dynamo.mark_dynamic(t, 0)
+                            start = time.perf_counter()
+                            call(compiled[side, c], b)
+                            if device == "cuda":
+                                torch.cuda.synchronize()
+                            seconds = time.perf_counter() - start
+                        kind = ("compile_s" if first else "recompile_s"
+                                if counters["stats"]["unique_graphs"] > graphs else None)
+                        if c == 0:
+                            with side_config(side):
+                                entries[b]["sides"][side] = errs(compiled[side, c], b, {})
+                        res = entries[b]["sides"][side]
+                        if kind:  # each side's fastest cold compile; all of them beside it
+                            res.setdefault(kind + "_all", []).append(seconds)
+                            res[kind] = min(res[kind + "_all"])
                 if c == 0:
                     entries[batches[0]]["sides"][side]["counters"] = counters_fired(before)
     if device == "cuda":  # the stock side's 16-bit copies of fp32 weights among it
@@ -366,14 +375,14 @@ def markdown(doc: dict) -> str:
             "one-token steps without KV cache; ratio = stock / overlay; compile = first call, "
             "the fastest of the compiles (in brackets: decode_dyn B=1's recompile); err = "
             "max |out - fp32 eager| / "
-            f"max |fp32 eager|, the mean over {ERR_INPUTS} input sets, eager bf16 autocast's "
-            "in brackets.")
+            f"max |fp32 eager|, rms err = ||out - fp32 eager|| / ||fp32 eager||, each the mean "
+            f"over {ERR_INPUTS} input sets, eager bf16 autocast's in brackets.")
     rows = []
     for e in doc["rows"]:
         s, o = (e.get("sides", {}).get(k, {}) for k in ("stock", "overlay"))
         if "ratio" not in e:
             rows.append([e["model"], e["hidden"], label(e), "-", "-", e["status"], "-", "-",
-                         e.get("message", "")[:160]])
+                         "-", e.get("message", "")[:160]])
             continue
         comp = " / ".join(f"{x['compile_s']:.1f}" if "compile_s" in x else
                           f"({x['recompile_s']:.1f})" if "recompile_s" in x else "-"
@@ -382,10 +391,12 @@ def markdown(doc: dict) -> str:
                 "peak_mib" in o else "-")
         rows.append([e["model"], e["hidden"], label(e), f"{s['mean_us']:.1f}",
                      f"{o['mean_us']:.1f}", f"{e['ratio']:.2f}x", comp, peak,
-                     f"{s['err']:.1e} / {o['err']:.1e} ({e['eager_err']:.1e})"])
+                     f"{s['err']:.1e} / {o['err']:.1e} ({e['eager_err']:.1e})",
+                     f"{s['rms_err']:.2e} / {o['rms_err']:.2e} ({e['eager_rms_err']:.2e})"])
     return head + "\n\n" + markdown_table(
         ["model", "hidden", "row", "stock us", "overlay us", "ratio", "compile s stock / overlay",
-         "peak MiB stock / overlay", "err stock / overlay (eager)"], rows)
+         "peak MiB stock / overlay", "err stock / overlay (eager)",
+         "rms err stock / overlay (eager)"], rows)
 
 
 def run(args, argv) -> int:
