@@ -400,7 +400,7 @@ def warm_up_compiler(device: str) -> None:
         torch.compile(torch.nn.functional.gelu, dynamic=False)(x)
         synchronize(device)
     try:  # until the workers answer, Inductor compiles each kernel in this process
-        AsyncCompile.wait_pool_ready()
+        AsyncCompile.wait_pool_ready(timeout=60)
     except Exception as e:  # noqa: BLE001 - then compiles stay in this process, said once
         log(f"compile workers not ready: {one_line(e)}")
 
