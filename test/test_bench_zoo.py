@@ -158,6 +158,12 @@ class TestZooModels(TestCase):
         self.assertIn("| t5-large | 1024 | train | - | - | skipped |", text)
         self.assertIn("peak MiB stock / overlay", text)
         self.assertIn("rms err stock / overlay (eager)", text)
+        self.assertIn("compile workers: not recorded", text)
+        doc["env"]["compile_workers"] = 0  # a pool that never started: serial compiles
+        self.assertIn("no compile workers: every Triton kernel compiled in the timed process",
+                      zoo.markdown(doc))
+        doc["env"]["compile_workers"] = 16
+        self.assertIn("`python tools/bench.py --zoo`. 16 compile workers. fp32", zoo.markdown(doc))
         self.assertRegex(text, r"\| decode_dyn B=16 \|[^\n]* \| 512 / 256 \| ")
         self.assertRegex(text, r"\| decode_dyn B=4 \|[^\n]* \| - \| ")
 

@@ -390,10 +390,11 @@ def run_benchmarks(plan, doc: dict, out_dir: pathlib.Path, args, overlays) -> No
         torch.cuda.empty_cache()
 
 
-def warm_up_compiler(device: str) -> None:
+def warm_up_compiler(device: str) -> int:
     """Start Inductor's compile workers and load its modules before the first case, so
-    that case's compile time is not charged for them."""
-    from torch._inductor.async_compile import AsyncCompile
+    that case's compile time is not charged for them. Returns the workers answering (0:
+    every Triton kernel compiles in this process, which compile times then include)."""
+    from torch._inductor.async_compile import AsyncCompile, get_compile_threads
 
     x = torch.randn(1 << 10, device=device)
     with mode_context(MODES["stock"], None, False):
@@ -403,6 +404,7 @@ def warm_up_compiler(device: str) -> None:
         AsyncCompile.wait_pool_ready(timeout=60)
     except Exception as e:  # noqa: BLE001 - then compiles stay in this process, said once
         log(f"compile workers not ready: {one_line(e)}")
+    return get_compile_threads() if AsyncCompile.use_process_pool() else 0
 
 
 def environment(argv: list[str], overlays: list[str] | None) -> dict:
@@ -944,7 +946,7 @@ def main_models(args, argv: list[str]) -> int:
     c = doc["ceilings"]
     log(f"device copy {c['copy_GBps'] / 1e3:.2f} TB/s, "
         f"bf16 cuBLAS {c['bf16_mm_TFLOPs']:.0f} TFLOP/s")
-    warm_up_compiler("cuda")
+    doc["env"]["compile_workers"] = warm_up_compiler("cuda")
     try:
         run_models(configs, sizes, doc, args.out, args, overlays)
     finally:
@@ -1028,7 +1030,7 @@ def main(argv: list[str] | None = None) -> int:
     c = doc["ceilings"]
     log(f"device copy {c['copy_GBps'] / 1e3:.2f} TB/s, "
         f"bf16 cuBLAS {c['bf16_mm_TFLOPs']:.0f} TFLOP/s")
-    warm_up_compiler("cuda")
+    doc["env"]["compile_workers"] = warm_up_compiler("cuda")
     plan = make_plan(cases, modes, args.max_autotune)
     log(f"plan: {len(plan)} steps over {len(cases)} cases; modes {', '.join(modes)}")
     try:

@@ -365,12 +365,19 @@ def label(e: dict) -> str:
     return f"decode_dyn B={e['batch']}" if e["row"] == "decode_dyn" and "batch" in e else e["row"]
 
 
+def compile_workers(env: dict) -> str:
+    n = env.get("compile_workers")
+    return ("compile workers: not recorded" if n is None else f"{n} compile workers" if n
+            else "no compile workers: every Triton kernel compiled in the timed process")
+
+
 def markdown(doc: dict) -> str:
     env = doc["env"]
     head = (f"{env['gpu']}, torch {env['torch']}, triton {env['triton']}, transformers "
             f"{env['transformers']}, {env['date']}: {doc['settings']['timer']}, us per call, "
             f"mean of 2 passes ({ITERS} calls each), the fastest of "
-            f"{doc['settings'].get('compiles', 1)} compile(s) a side. `{env['command']}`. fp32 "
+            f"{doc['settings'].get('compiles', 1)} compile(s) a side. `{env['command']}`. "
+            f"{compile_workers(env)}. fp32 "
             "parameters under bf16 autocast, 2 layers, random weights; decode rows are "
             "one-token steps without KV cache; ratio = stock / overlay; compile = first call, "
             "the fastest of the compiles (in brackets: decode_dyn B=1's recompile); err = "
@@ -403,13 +410,14 @@ def run(args, argv) -> int:
     import transformers
 
     args.out.mkdir(parents=True, exist_ok=True)
-    warm_up_compiler("cuda")  # before enabling: it disables the overlays when done
+    workers = warm_up_compiler("cuda")  # before enabling: it disables the overlays when done
     overlays = probe_overlays(None, False)
     try:
         torch_overlay.enable()
     except torch_overlay.OverlayError as e:  # then both sides are stock Inductor
         log(f"overlays not enabled: {e}")
-    env = {**environment(["--zoo", *argv], overlays), "transformers": transformers.__version__}
+    env = {**environment(["--zoo", *argv], overlays), "transformers": transformers.__version__,
+           "compile_workers": workers}
     timer, timer_name = pick_timer()
     doc = {"env": env, "settings": {"timer": timer_name, "warmup": WARMUP, "iters": ITERS,
                                     "budget_s": args.budget_s, "compiles": args.compiles},
