@@ -66,7 +66,8 @@ class TestHarness(TestCase):
         self.assertIn("extern_kernels.addmm", code)
 
     def test_unknown_profile(self):
-        with self.assertRaisesRegex(ValueError, "unknown GPU profile 'v100'.*a100, h100, h200"):
+        with self.assertRaisesRegex(ValueError,
+                                    "unknown GPU profile 'v100'.*a100, a10g, h100, h200, l4"):
             get_code(torch.compile(gelu_add), torch.randn(4), torch.randn(4), gpu="v100")
 
     def test_fake_device_does_not_leak(self):

@@ -36,8 +36,8 @@ def config_of(src: str) -> planner.TileConfig:
                                  int(get("SPLIT_K")))
 
 
-def compile_for_sm90(name: str, src: str) -> dict:
-    """Compile a generated template kernel with Triton for sm_90; no GPU needed."""
+def compile_for(name: str, src: str, cc: int = 90) -> dict:
+    """Compile a generated template kernel with Triton for sm_``cc``; no GPU needed."""
     import importlib.util
 
     import triton
@@ -59,15 +59,16 @@ def compile_for_sm90(name: str, src: str) -> dict:
         compiled = triton.compile(
             ASTSource(fn=getattr(module, name), signature=triton_meta["signature"],
                       attrs=triton_meta["configs"][0]),
-            target=GPUTarget("cuda", 90, 32),
+            target=GPUTarget("cuda", cc, 32),
             options={"num_warps": cfg.num_warps, "num_stages": cfg.num_stages},
         )
         ptx = compiled.asm["ptx"]
-        # the ptxas Triton itself uses for sm_90 (its newest, where the bundled ptxas is
-        # older than the PTX it emits)
-        ptxas = get_ptxas(90).path
+        # the ptxas Triton itself uses for the arch (its newest, where the bundled ptxas
+        # is older than the PTX it emits)
+        ptxas = get_ptxas(cc).path
         (pathlib.Path(d) / "k.ptx").write_text(ptx)
-        info = subprocess.run([str(ptxas), "-v", "--gpu-name=sm_90a", str(pathlib.Path(d) / "k.ptx"),
+        arch = f"sm_{cc}a" if cc == 90 else f"sm_{cc}"
+        info = subprocess.run([str(ptxas), "-v", f"--gpu-name={arch}", str(pathlib.Path(d) / "k.ptx"),
                                "-o", str(pathlib.Path(d) / "k.cubin")],
                               capture_output=True, text=True, check=True).stderr
     return dict(shared=compiled.metadata.shared,
@@ -88,7 +89,7 @@ class TestTensorCoreMMSm90(TensorCoreMMTestCase):
                 code = self.cuda_code(linear(), *gpu_randn((m, 4096), (n, 4096), (n,)))
             name = template_kernels(code)[0]
             src = kernel_source(code, name)
-            report = compile_for_sm90(name, src)
+            report = compile_for(name, src)
             cfg = config_of(src)
             self.assertEqual(cfg.SPLIT_K > 1, n == 1024, cfg)
             self.assertEqual(cfg.BLOCK_M == 256, m == 1024, cfg)  # 256x128x64 s3 swap

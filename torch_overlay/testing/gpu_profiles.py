@@ -2,10 +2,11 @@
 
 Values are what ``torch.cuda.get_device_properties`` reports on the real parts. The
 h200 profile was read off the project's H200 and is checked against it by
-test/test_harness.py whenever that GPU is present; ``total_memory`` of h100/a100 is
+test/test_harness.py whenever that GPU is present; ``total_memory`` of the others is
 the nominal size (Inductor's codegen does not read it). The clocks and bus width of
-h200 and h100 are what the project's H200 and an H100 SXM reported (2026-11-23); a100's
-are its spec.
+h200 and h100 are what the project's H200 and an H100 SXM reported (2026-11-23); those
+of a100, a10g and l4 (two of the parts upstream CI runs on: 99 KB of shared memory a
+block, 1,536 threads an SM) are their specs.
 """
 from __future__ import annotations
 
@@ -84,6 +85,34 @@ GPU_PROFILES: dict[str, GPUProfile] = {
         clock_rate=1410000,
         memory_clock_rate=1593000,
         memory_bus_width=5120,
+    ),
+    "a10g": GPUProfile(
+        name="NVIDIA A10G",
+        major=8,
+        minor=6,
+        multi_processor_count=80,
+        total_memory=23028 * _MiB,
+        L2_cache_size=6 * _MiB,
+        shared_memory_per_block_optin=101376,
+        shared_memory_per_multiprocessor=102400,
+        clock_rate=1710000,
+        memory_clock_rate=6251000,
+        memory_bus_width=384,
+        max_threads_per_multi_processor=1536,
+    ),
+    "l4": GPUProfile(
+        name="NVIDIA L4",
+        major=8,
+        minor=9,
+        multi_processor_count=58,
+        total_memory=23034 * _MiB,
+        L2_cache_size=48 * _MiB,
+        shared_memory_per_block_optin=101376,
+        shared_memory_per_multiprocessor=102400,
+        clock_rate=2040000,
+        memory_clock_rate=6251000,
+        memory_bus_width=192,
+        max_threads_per_multi_processor=1536,
     ),
 }
 
