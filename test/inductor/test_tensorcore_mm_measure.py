@@ -9,6 +9,7 @@ any CUDA GPU with sm_80.
 
 from __future__ import annotations
 
+import dataclasses
 from unittest import mock
 
 from torch._inductor import config as inductor_config
@@ -24,6 +25,7 @@ try:
     from .test_tensorcore_mm import (
         BF16,
         comparable,
+        DEVICE_SPECS,
         gpu_randn,
         H200,
         linear,
@@ -35,6 +37,7 @@ except ImportError:
     from test_tensorcore_mm import (
         BF16,
         comparable,
+        DEVICE_SPECS,
         gpu_randn,
         H200,
         linear,
@@ -67,6 +70,20 @@ class TestMeasuredPlan(TestCase):
         # predicted slower: stock, nothing to time
         big = planner.plan(linear_problem(4096, 4096, 4096), H200)
         self.assertEqual((big.path, big.measure), ("stock", False), big.describe())
+
+    def test_every_win_is_measured_off_the_calibrated_architecture(self):
+        # the rates were measured on sm_90: decode's large predicted win is taken as is
+        # there, and timed first on the same part of a newer architecture
+        h100 = DEVICE_SPECS["h100"]
+        for cc, measure in ((90, False), (100, True)):
+            dev = planner.device_model(dataclasses.replace(h100, cc=cc))
+            decode = planner.plan(linear_problem(16, 4096, 4096), dev)
+            self.assertEqual(
+                (decode.path, decode.measure), ("template", measure), decode.describe()
+            )
+            # where stock is predicted faster nothing is timed, on any architecture
+            big = planner.plan(linear_problem(4096, 4096, 4096), dev)
+            self.assertEqual((big.path, big.measure), ("stock", False), big.describe())
 
 
 class TestTensorCoreMMMeasured(TensorCoreMMTestCase):

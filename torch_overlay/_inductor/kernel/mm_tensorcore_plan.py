@@ -60,9 +60,9 @@ and cuBLAS reach of them; the rates of the terms above are fractions of those, t
 for every GPU.
 
 Where the model is not sure of a win and the weight is streamed once (``Plan.measure``:
-a predicted win under ``certain``, or a compute-bound main loop), the lowering times the
-template's kernel against the 16-bit GEMM on the device once, and adds the predicted
-casts the template saves.
+a predicted win under ``certain``, any win on an architecture the rates were not measured
+on, or a compute-bound main loop), the lowering times the template's kernel against the
+16-bit GEMM on the device once, and adds the predicted casts the template saves.
 
 This module decides and nothing else: no Inductor imports. The lowering
 (kernel/mm_tensorcore.py) builds the ``Problem`` from the graph, takes the ``Plan`` and
@@ -103,6 +103,7 @@ TENSOR_FLOPS_PER_SM_CLOCK = {
     100: 8192,
 }
 MIN_CC = 80  # bf16 tensor cores; older parts keep the stock path
+CALIBRATED_CC = 90  # the architecture the rates of DeviceModel were measured on
 # What a device achieves of its peaks: a device copy of the DRAM peak, cuBLAS's 16-bit
 # dense rate on a large GEMM of the tensor-core peak.
 COPY_OF_PEAK = 0.877
@@ -139,7 +140,7 @@ class DeviceModel:
     )
     # Predicted at least this much faster and bandwidth-bound, the template is chosen
     # as predicted; a smaller predicted win is measured on the device where the lowering
-    # may (``Plan.measure``).
+    # may (``Plan.measure``). Off ``CALIBRATED_CC`` every win is measured.
     certain: float = 1.5
     reread_cast: float = (
         1.5  # L2 bytes of an operand cast in the kernel count this many times
@@ -190,13 +191,17 @@ def device_model(spec: DeviceSpec) -> DeviceModel | None:
     # a newer architecture than the table knows: the newest one it does
     known = max(c for c in TENSOR_FLOPS_PER_SM_CLOCK if c <= spec.cc)
     rate = TENSOR_FLOPS_PER_SM_CLOCK.get(spec.cc, TENSOR_FLOPS_PER_SM_CLOCK[known])
-    return DeviceModel(
+    model = DeviceModel(
         cc=spec.cc,
         sm_count=spec.sm_count,
         smem_per_block=spec.smem_per_block,
         copy_bw=COPY_OF_PEAK * spec.dram_bw,
         mm_flops=MM_OF_PEAK * rate * spec.sm_count * spec.sm_clock,
     )
+    if spec.cc != CALIBRATED_CC:
+        # its pipelines and instructions differ: no predicted win is certain there
+        model = dataclasses.replace(model, certain=math.inf)
+    return model
 
 
 @dataclasses.dataclass(frozen=True)
