@@ -285,8 +285,8 @@ def measure_row(spec: Spec, model, row: str, device: str = "cuda", timer=kernel_
         loss.backward()
         return loss.detach()
 
-    def errs(fn, b, res):
-        outs = [call(fn, b, s) for s in range(ERR_INPUTS)]
+    def errs(fn, b) -> dict:
+        outs, res = [call(fn, b, s) for s in range(ERR_INPUTS)], {}
         for key, err in (("err", max_rel_err), ("rms_err", rms_rel_err)):
             res[key + "s"] = [err(o, r) for o, r in zip(outs, refs[b])]
             res[key] = sum(res[key + "s"]) / ERR_INPUTS
@@ -299,7 +299,7 @@ def measure_row(spec: Spec, model, row: str, device: str = "cuda", timer=kernel_
             with torch.no_grad():
                 ref = forward(spec, model, t, amp=False)  # fp32 eager, no autocast
             refs[b].append(ref.float().pow(2).mean() if train else ref)
-        eager = errs(step, b, {})
+        eager = errs(step, b)
         entries[b] = {"model": spec.name, "hidden": spec.hidden, "row": row, "batch": b,
                       "eager_err": eager["err"], "eager_rms_err": eager["rms_err"], "sides": {}}
     torch._dynamo.reset()
@@ -326,7 +326,7 @@ def measure_row(spec: Spec, model, row: str, device: str = "cuda", timer=kernel_
                                 if counters["stats"]["unique_graphs"] > graphs else None)
                         if c == 0:
                             with side_config(side):
-                                entries[b]["sides"][side] = errs(compiled[side, c], b, {})
+                                entries[b]["sides"][side] = errs(compiled[side, c], b)
                         res = entries[b]["sides"][side]
                         if kind:  # each side's fastest cold compile; all of them beside it
                             res.setdefault(kind + "_all", []).append(seconds)
@@ -381,8 +381,8 @@ def markdown(doc: dict) -> str:
             "parameters under bf16 autocast, 2 layers, random weights; decode rows are "
             "one-token steps without KV cache; ratio = stock / overlay; compile = first call, "
             "the fastest of the compiles (in brackets: decode_dyn B=1's recompile); err = "
-            "max |out - fp32 eager| / "
-            f"max |fp32 eager|, rms err = ||out - fp32 eager|| / ||fp32 eager||, each the mean "
+            "max |out - fp32 eager| / max |fp32 eager|, rms err = ||out - fp32 eager|| / "
+            "||fp32 eager||, each the mean "
             f"over {ERR_INPUTS} input sets, eager bf16 autocast's in brackets.")
     rows = []
     for e in doc["rows"]:
