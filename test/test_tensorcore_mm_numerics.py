@@ -281,6 +281,11 @@ def numerics_assert_like_eager(self, actual, fn, inputs, fn64, dtype):
     to it (or to a rounding that summation error explains, or to eager with fp32
     reductions) on all but 2% of the elements."""
     c = numerics.compare(actual, numerics.references(fn, fn64, inputs, dtype), dtype)
+    if c["dtype_ok"] and c["mismatch_default"] == 0.0:
+        # eager autocast's own values: a stock path (a GPU's timed choice may keep stock).
+        # (b) judges the template's rounding; cuBLAS under torch's defaults may reduce
+        # fp16 in fp16 (H100, fp16 200x96x4095: 18 ulps)
+        return
     self.assertTrue(numerics.verdict(c), c)
 
 
@@ -293,9 +298,14 @@ def only_tests(cls, *prefixes):
 
 
 class TestTensorCoreMMGPUCriterion(exported.TestTensorCoreMMGPU):
-    """The exported GPU value tests (test_values), judged by numerics."""
+    """The exported GPU value tests (test_values), judged by numerics, through the
+    template on every GPU (elsewhere than the H200 the plan may keep stock)."""
 
     assertLikeEager = numerics_assert_like_eager
+
+    def compile_values(self, op, dtype, mnk):
+        with inductor_config.patch(tensorcore_mm_force_path="template"):
+            return super().compile_values(op, dtype, mnk)
 
 
 only_tests(TestTensorCoreMMGPUCriterion, "test_values")
