@@ -80,7 +80,8 @@ def compile_for(name: str, src: str, cc: int = 90) -> dict:
 class TestTensorCoreMMSm90(TensorCoreMMTestCase):
     def test_template_compiles_for_sm90(self):
         # shared memory within the estimate (else a launch fails on the GPU), no spills
-        cases = [(16, 4096), (128, 4096), (16, 1024), (1024, 4096)]  # (16, 1024) splits K
+        # (16, 1024) splits K; (256, 4096) is the swapped tile's deepest pipeline
+        cases = [(16, 4096), (128, 4096), (256, 4096), (16, 1024), (1024, 4096)]
         for m, n in cases:
             # M=1024 keeps the stock path by default (tiles re-read the operands); its
             # tile is max-autotune's
@@ -93,6 +94,9 @@ class TestTensorCoreMMSm90(TensorCoreMMTestCase):
             cfg = config_of(src)
             self.assertEqual(cfg.SPLIT_K > 1, n == 1024, cfg)
             self.assertEqual(cfg.BLOCK_M == 256, m == 1024, cfg)  # 256x128x64 s3 swap
+            self.assertEqual(cfg.SWAP_AB, m >= 256, cfg)
+            if m == 256:
+                self.assertEqual((cfg.BLOCK_N, cfg.num_stages), (64, 6), cfg)
             est = cfg.smem_bytes(2 if m >= 128 else 4, 4)  # x cast in the kernel below M=128
             self.assertLessEqual(report["shared"], est, (m, cfg, report))
             self.assertEqual(report["spill_bytes"], 0, (m, cfg, report))

@@ -103,6 +103,21 @@ class TestAutotuneConfigs(TestCase):
                 linear_problem(m, n, 4096), dev, False, True, exhaustive=True
             )
             self.assertEqual({c.SWAP_AB for c in exhaustive}, {True, False})
+        # the swapped tile's pipeline: as deep as fits at 64 columns, 3 stages at 128
+        depth = {}
+        for gpu in ("h100", "a100"):
+            for n in (4096, 14336):
+                (cfg,) = planner.select_configs(
+                    linear_problem(256, n, 4096),
+                    planner.device_model(DEVICE_SPECS[gpu]),
+                    False,
+                    True,
+                )
+                depth[gpu, cfg.BLOCK_N] = cfg.num_stages
+        self.assertEqual(
+            depth,
+            {("h100", 64): 6, ("h100", 128): 3, ("a100", 64): 4, ("a100", 128): 3},
+        )
         # a K shorter than the swapped tile's 64 keeps the tile's depth to K
         (cfg,) = planner.select_configs(linear_problem(256, 4096, 32), dev, False, True)
         self.assertEqual((cfg.SWAP_AB, cfg.BLOCK_K), (True, 32))

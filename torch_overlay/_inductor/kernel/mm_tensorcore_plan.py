@@ -420,8 +420,9 @@ def select_configs(
             block_n, block_k = max(64, block_n), min(block_k, 64)
         # 4 warps up to 128x64 tiles
         warps = 8 if block_m * block_n > 128 * 64 else 4
-        if swap:  # a swapped tile's 64 or 128 columns fit 4 or 3 stages
-            split, stages = 1, 4 if block_n == 64 else 3
+        if swap:  # the deepest pipeline that fits at 64 columns; a fourth stage of
+            # 128 columns was slower than three
+            split, stages = 1, 6 if block_n == 64 else 3
         else:
             split = _split_k(p, dev, block_m, block_n, block_k)
             # thin tiles streaming an fp32 weight, several tiles an SM: 3 stages let
