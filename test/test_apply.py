@@ -233,12 +233,13 @@ class TestApply(TestCase):
         self.assertIn("enabled=" + ",".join(names), out.stdout)
         # Python 3.11's site reports a sitecustomize that leaves sys.modules without it
         self.assertNotIn("Error in sitecustomize", out.stderr)
+        # and the command's exit status is run's
         first = names[0]
-        out = self.apply("--overlays", first, "run", "--", sys.executable, "-c", PROBE)
+        out = self.apply("--overlays", first, "run", "--", sys.executable, "-c",
+                         PROBE + "; raise SystemExit(3)")
         self.assertIn(f"enabled={first}\n", out.stdout, out.stderr)
-        self.assertFalse(self.pth.exists())
-        out = self.apply("run", "--", sys.executable, "-c", "raise SystemExit(3)")
         self.assertEqual(out.returncode, 3)
+        self.assertFalse(self.pth.exists())
 
     def test_unknown_overlay_is_one_line_and_installs_nothing(self):
         before = snapshot(self.site)
