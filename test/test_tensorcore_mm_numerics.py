@@ -77,6 +77,9 @@ class TestTensorCoreMMInterpreter(TensorCoreMMTestCase):
             ("mm", (1, 20, 1000), planner.TileConfig(16, 16, 64, 8, 4, 3, SPLIT_K=8)),
             # both: the partials are [BLOCK_N, BLOCK_M] tiles (max-autotune's neighbour)
             ("addmm", (37, 70, 300), dataclasses.replace(swap, SPLIT_K=2)),
+            # fewer rows than tl.dot takes: products on the CUDA cores, rows past M wrap
+            ("addmm", (3, 70, 99), planner.TileConfig(4, 4, 64, 8, 4, 3)),
+            ("mm", (2, 33, 600), planner.TileConfig(2, 2, 512, 8, 4, 3)),
         ]
         jobs, expected = [], []
         for op, (m, n, k), config in cases:
@@ -325,6 +328,12 @@ class TestTensorCoreMMDynamicGPUCriterion(exported_dynamic.TestTensorCoreMMDynam
 
 class TestTensorCoreMMGemvGPUCriterion(exported_decode.TestTensorCoreMMGemvGPU):
     """The exported one-row value tests, judged by numerics."""
+
+    assertLikeEager = numerics_assert_like_eager
+
+
+class TestTensorCoreMMFewRowsGPUCriterion(exported_decode.TestTensorCoreMMFewRowsGPU):
+    """The exported few-row value tests, judged by numerics."""
 
     assertLikeEager = numerics_assert_like_eager
 

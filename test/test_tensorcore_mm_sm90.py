@@ -102,6 +102,19 @@ class TestTensorCoreMMSm90(TensorCoreMMTestCase):
             self.assertEqual(report["spill_bytes"], 0, (m, cfg, report))
             self.assertTrue(report["mma"], "no tensor-core instruction in the PTX")
 
+    def test_few_rows_compile_for_sm90(self):
+        # tiles under 16 rows: CUDA-core products, no spills, shared memory in the estimate
+        for m, n, k in [(2, 4096, 4096), (4, 1024, 4096), (3, 1024, 1024), (4, 1024, 14336)]:
+            code = self.cuda_code(linear(), *gpu_randn((m, k), (n, k), (n,)))
+            name = template_kernels(code)[0]
+            src = kernel_source(code, name)
+            cfg = config_of(src)
+            self.assertLess(cfg.BLOCK_M, 16, (m, n, k, cfg))
+            report = compile_for(name, src)
+            self.assertLessEqual(report["shared"], cfg.smem_bytes(4, 4), (m, cfg, report))
+            self.assertEqual(report["spill_bytes"], 0, (m, n, k, cfg, report))
+            self.assertEqual(report["mma"], 0, "tensor-core instructions in the PTX")
+
 
 if __name__ == "__main__":
     run_tests()

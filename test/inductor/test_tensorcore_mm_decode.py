@@ -208,6 +208,117 @@ class TestTensorCoreMMGemvGPU(TensorCoreMMTestCase):
         self.assertEqual(self.counts["tensorcore_mm_gemv"], 1, dict(self.counts))
 
 
+def linear_weight_problem(m, n, k):
+    """``linear_problem`` with F.linear's weight: its K contiguous."""
+    return dataclasses.replace(linear_problem(m, n, k), b_k_contiguous=True)
+
+
+class TestFewRowsPlan(TestCase):
+    """Two to four rows of an fp32 weight: tiles under tl.dot's 16 rows, from shapes alone."""
+
+    @parametrize(
+        "mnk,rows",
+        [
+            ((2, 4096, 4096), 2),
+            ((2, 32128, 1024), 2),
+            ((3, 1024, 4096), 4),
+            ((4, 1024, 1024), 4),
+            # 16-column tiles fill the SMs: the tensor cores keep up with the weight
+            ((4, 4096, 1024), 16),
+            ((4, 14336, 4096), 16),
+            ((8, 1024, 1024), 16),
+        ],
+        name_fn=lambda mnk, rows: "x".join(map(str, mnk)),
+    )
+    def test_block_m(self, mnk, rows):
+        plan = planner.plan(linear_weight_problem(*mnk), H200)
+        self.assertEqual(plan.path, "template", plan.describe())
+        self.assertEqual(plan.config.BLOCK_M, rows, plan.describe())
+        if rows < 16:  # one row tile reads the weight once, K in deep steps
+            self.assertEqual(plan.config.BLOCK_N, rows)
+            self.assertEqual(plan.config.SPLIT_K, 1)
+            self.assertIn(plan.config.BLOCK_K, (512, 1024))
+
+    def test_only_an_fp32_weight_of_one_matmul(self):
+        p = linear_weight_problem(2, 4096, 4096)
+        self.assertLess(planner.select_configs(p, H200, True, True)[0].BLOCK_M, 16)
+        # a 16-bit weight, batched rows: the 16-row tiles
+        self.assertEqual(planner.select_configs(p, H200, True, False)[0].BLOCK_M, 16)
+        batched = dataclasses.replace(p, op="bmm", batch=2)
+        self.assertEqual(planner.select_configs(batched, H200, True, True)[0].BLOCK_M, 16)
+        # a [K, N] weight (Conv1D's): its rows along K would be strided loads
+        rows_n = dataclasses.replace(p, b_k_contiguous=False)
+        self.assertEqual(planner.select_configs(rows_n, H200, True, True)[0].BLOCK_M, 16)
+
+    def test_max_autotune_keeps_16_row_tiles(self):
+        configs = planner.select_configs(
+            linear_weight_problem(2, 4096, 4096), H200, True, True, exhaustive=True
+        )
+        self.assertLess(configs[0].BLOCK_M, 16)
+        self.assertTrue(any(c.BLOCK_M == 16 for c in configs), configs)
+        self.assertEqual(len(configs), len(set(configs)))
+
+    def test_symbolic_m_never_few_rows(self):
+        # a larger M would run in several few-row tiles, each reading the weight again
+        for hint, m_max in ((2, 16), (4, 64)):
+            plan = planner.plan_dynamic_m(linear_weight_problem(hint, 1024, 1024), H200, m_max)
+            self.assertEqual(plan.path, "template", plan.describe())
+            self.assertGreaterEqual(plan.config.BLOCK_M, 16, plan.describe())
+        # up to the tile's own rows it may
+        plan = planner.plan_dynamic_m(linear_weight_problem(2, 1024, 1024), H200, 2)
+        self.assertEqual(plan.config.BLOCK_M, 2, plan.describe())
+
+
+@plans_as_h200
+class TestTensorCoreMMFewRowsCodegen(TensorCoreMMTestCase):
+    """Generated code for the H200's plans (nothing run)."""
+
+    @parametrize("m", [2, 3])
+    def test_few_rows(self, m):
+        # one program per BLOCK_N rows of w: every loaded element of the fp32 weight
+        # multiplies each row of x on the CUDA cores; no tl.dot, no cast kernel
+        code = self.cuda_code(linear(), *gpu_randn((m, 1024), (1024, 1024), (1024,)))
+        self.assertTemplate(code)
+        src = kernel_source(code, template_kernels(code)[0])
+        FileCheck().check(f"BLOCK_M : tl.constexpr = {2 if m == 2 else 4}").check(
+            "acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K)"
+        ).check("b = b.to(DOT_DTYPE).to(ACC_TYPE)").check(
+            "acc += a[:, None, :] * b[None, :, :]"
+        ).check("acc = tl.sum(acc, 2)").check("tl.store").run(src)
+        self.assertNotIn("tl.dot(", src)
+
+    def test_row_major_weight_takes_16_row_tiles(self):
+        code = self.cuda_code(row_major_weight, *gpu_randn((2, 1024), (1024, 1024)))
+        self.assertTemplate(code)
+        src = kernel_source(code, template_kernels(code)[0])
+        FileCheck().check("BLOCK_M : tl.constexpr = 16").check("tl.dot(").run(src)
+
+
+class TestTensorCoreMMFewRowsGPU(TensorCoreMMTestCase):
+    """Few-row tiles on a CUDA GPU: values against eager autocast and an fp64 reference."""
+
+    @requires_cuda_sm80
+    @parametrize("op", ["mm", "addmm"])
+    @parametrize("dtype", [BF16, FP16], name_fn=dtype_name)
+    @parametrize(
+        "mnk",
+        [(2, 1001, 999), (3, 1024, 4095), (4, 33, 200)],
+        name_fn=lambda mnk: "x".join(map(str, mnk)),
+    )
+    def test_values(self, op, dtype, mnk):
+        # K and N neither multiples of the blocks; rows past M wrap around
+        rows = 2 if mnk[0] == 2 else 4
+        config = dict(
+            BLOCK_M=rows, BLOCK_N=rows, BLOCK_K=512, GROUP_M=8, num_warps=4, num_stages=3
+        )
+        with inductor_config.patch(
+            tensorcore_mm_force_config=config, tensorcore_mm_force_path="template"
+        ):
+            code = self.compile_values(op, dtype, mnk)
+        src = kernel_source(code, template_kernels(code)[0])
+        self.assertIn("acc += a[:, None, :] * b[None, :, :]", src)
+
+
 def frozen_linear(n, k, bias=True, seed=0):
     """An fp32 nn.Linear whose parameters Inductor's freezing folds into bf16 constants."""
     g = torch.Generator().manual_seed(seed)
@@ -431,6 +542,9 @@ instantiate_parametrized_tests(TestGemvPlan)
 instantiate_parametrized_tests(TestTensorCoreMMGemvCodegen)
 instantiate_parametrized_tests(TestTensorCoreMMGemvGPU)
 instantiate_parametrized_tests(TestTensorCoreMMFreezing)
+instantiate_parametrized_tests(TestFewRowsPlan)
+instantiate_parametrized_tests(TestTensorCoreMMFewRowsCodegen)
+instantiate_parametrized_tests(TestTensorCoreMMFewRowsGPU)
 
 if __name__ == "__main__":
     run_tests()

@@ -318,6 +318,14 @@ def _operand(
     return given, fp32, src.cast_shared
 
 
+def _k_contiguous(mat2: Any) -> bool:
+    """``mat2`` ([..., K, N]) has unit stride along K."""
+    try:
+        return mat2.get_stride()[-2] == 1
+    except (NotImplementedError, AttributeError):  # a layout not yet fixed
+        return False
+
+
 def _views(arg: Any) -> tuple[list[torch.fx.Node], Any]:
     """(the shape ops in front of ``arg``, outermost first, at most 8; what they view)."""
     chain = []
@@ -454,6 +462,7 @@ def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
         ),
         epilogue,
         weight16=weight16,
+        b_k_contiguous=_k_contiguous(mat2 if b32 is None else b32),
     )
     force = _force()
     dynamic_m = not isinstance(m, int) and not getattr(m, "is_number", False)

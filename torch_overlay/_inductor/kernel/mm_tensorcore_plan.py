@@ -245,6 +245,8 @@ class Problem:
     # b is a 16-bit weight stored as such (a constant Inductor's freezing folded its
     # autocast cast into): the decode kernels may stream it in place of cuBLAS
     weight16: bool = False
+    # b's K is contiguous (F.linear's weight): a few-row tile reads its rows coalesced
+    b_k_contiguous: bool = False
 
     @property
     def flops(self) -> float:
@@ -497,7 +499,49 @@ def select_configs(
         fitted = _with_stages(v, a_size, b_size, dev, most=most)
         if fitted is not None and fitted not in out:
             out.append(fitted)
+    if few_rows(p, dev, b_size):
+        rows = [
+            c
+            for c in dict.fromkeys(_few_rows_configs(p, dev, exhaustive))
+            if _fits(c, a_size, b_size, dev)
+        ]
+        # max-autotune keeps the 16-row tiles as alternatives
+        out = rows + out if exhaustive else rows or out
     return out
+
+
+# M up to which a tile of fewer rows than tl.dot takes (the products on the CUDA cores)
+# streams an fp32 weight: each element is loaded once for every row, where a 16-row tile
+# rounds it for wgmma through shared memory
+FEW_ROWS_M_MAX = 4
+
+
+def few_rows(p: Problem, dev: DeviceModel, b_size: int) -> bool:
+    """2 rows, or up to 4 where 16-column tiles would leave SMs idle (with more, the
+    tensor cores of the 16-row tiles keep up with the weight and the CUDA cores do not)."""
+    if not (b_size == FP32 and p.b_k_contiguous and p.batch == 1):
+        return False
+    if not 2 <= p.m <= FEW_ROWS_M_MAX:
+        return False
+    return p.m <= 2 or math.ceil(p.n / 16) < 0.9 * dev.sm_count
+
+
+def _few_rows_configs(
+    p: Problem, dev: DeviceModel, exhaustive: bool
+) -> list[TileConfig]:
+    rows = 2 if p.m <= 2 else 4
+    # under 4 programs an SM, each keeps more of the weight in flight
+    deep = math.ceil(p.n / rows) < 4 * dev.sm_count
+    block_k = _pow2_at_least(p.k, 16, 1024 if deep else 512)
+    base = TileConfig(rows, rows, block_k, GROUP_M=8, num_warps=4, num_stages=3)
+    if not exhaustive:
+        return [base]
+    return [
+        base,
+        dataclasses.replace(base, BLOCK_N=max(2, rows // 2)),
+        dataclasses.replace(base, BLOCK_K=max(16, block_k // 2)),
+        dataclasses.replace(base, num_warps=8),
+    ]
 
 
 def _decode16_config(p: Problem, dev: DeviceModel) -> TileConfig:
@@ -943,6 +987,8 @@ def plan_dynamic_m(
         (q.fused_a, q.fused_b) for q in base.predictions if q.label != "stock"
     ):
         for cfg in select_configs(p, dev, fa, fb) + select_configs(big, dev, fa, fb):
+            if cfg.BLOCK_M < 16 and m_max > cfg.BLOCK_M:
+                continue  # more rows: each few-row tile would read the weight again
             small = predict(p, dev, fa, fb, cfg) / (stock_small * (1.0 - dev.margin))
             large = predict(big, dev, fa, fb, cfg) / (stock_big * tolerance)
             if max(small, large) < best_worst:
