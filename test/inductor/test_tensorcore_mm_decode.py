@@ -245,10 +245,14 @@ class TestFewRowsPlan(TestCase):
         # a 16-bit weight, batched rows: the 16-row tiles
         self.assertEqual(planner.select_configs(p, H200, True, False)[0].BLOCK_M, 16)
         batched = dataclasses.replace(p, op="bmm", batch=2)
-        self.assertEqual(planner.select_configs(batched, H200, True, True)[0].BLOCK_M, 16)
+        self.assertEqual(
+            planner.select_configs(batched, H200, True, True)[0].BLOCK_M, 16
+        )
         # a [K, N] weight (Conv1D's): its rows along K would be strided loads
         rows_n = dataclasses.replace(p, b_k_contiguous=False)
-        self.assertEqual(planner.select_configs(rows_n, H200, True, True)[0].BLOCK_M, 16)
+        self.assertEqual(
+            planner.select_configs(rows_n, H200, True, True)[0].BLOCK_M, 16
+        )
 
     def test_max_autotune_keeps_16_row_tiles(self):
         configs = planner.select_configs(
@@ -261,7 +265,9 @@ class TestFewRowsPlan(TestCase):
     def test_symbolic_m_never_few_rows(self):
         # a larger M would run in several few-row tiles, each reading the weight again
         for hint, m_max in ((2, 16), (4, 64)):
-            plan = planner.plan_dynamic_m(linear_weight_problem(hint, 1024, 1024), H200, m_max)
+            plan = planner.plan_dynamic_m(
+                linear_weight_problem(hint, 1024, 1024), H200, m_max
+            )
             self.assertEqual(plan.path, "template", plan.describe())
             self.assertGreaterEqual(plan.config.BLOCK_M, 16, plan.describe())
         # up to the tile's own rows it may
@@ -309,7 +315,12 @@ class TestTensorCoreMMFewRowsGPU(TensorCoreMMTestCase):
         # K and N neither multiples of the blocks; rows past M wrap around
         rows = 2 if mnk[0] == 2 else 4
         config = dict(
-            BLOCK_M=rows, BLOCK_N=rows, BLOCK_K=512, GROUP_M=8, num_warps=4, num_stages=3
+            BLOCK_M=rows,
+            BLOCK_N=rows,
+            BLOCK_K=512,
+            GROUP_M=8,
+            num_warps=4,
+            num_stages=3,
         )
         with inductor_config.patch(
             tensorcore_mm_force_config=config, tensorcore_mm_force_path="template"
