@@ -21,6 +21,7 @@ from torch.testing._internal.inductor_utils import GPU_TYPE
 try:
     from .test_tensorcore_mm import (
         BF16,
+        DEVICE_SPECS,
         dtype_name,
         emulate_fp64,
         FP16,
@@ -39,6 +40,7 @@ try:
 except ImportError:
     from test_tensorcore_mm import (
         BF16,
+        DEVICE_SPECS,
         dtype_name,
         emulate_fp64,
         FP16,
@@ -89,6 +91,42 @@ class TestSplitKPlan(TestCase):
             planner.plan(linear_problem(16, 1024, 256), H200).config.SPLIT_K, 1
         )
 
+    def test_two_row_tiles_where_the_weight_is_narrow(self):
+        def tile(m, n, k, dev=H200):
+            return planner.select_configs(linear_problem(m, n, k), dev, False, True)[0]
+
+        # 1024 columns: 64 tiles of 16 for 132 SMs; two row tiles fill one wave, where
+        # K = 1024 is too short to split
+        for mnk, rows in [
+            ((128, 1024, 1024), 64),
+            ((96, 768, 768), 64),
+            ((64, 1024, 1024), 32),
+            ((48, 1024, 4096), 32),
+        ]:
+            config = tile(*mnk)
+            self.assertEqual(config.BLOCK_M, rows, (mnk, config))
+            self.assertEqual(config.BLOCK_N, 16, (mnk, config))
+            self.assertEqual((config.SPLIT_K, config.SWAP_AB), (1, False), config)
+        # not where two would need a second wave: 1536 columns on 132 SMs, 1024 on
+        # A100's 108
+        self.assertEqual(tile(128, 1536, 1536).BLOCK_M, 128)
+        a100 = planner.device_model(DEVICE_SPECS["a100"])
+        self.assertEqual(tile(128, 1024, 1024, a100).BLOCK_M, 128)
+        # 16 rows, M = 129-256 (two 128-row tiles already) and batches keep their tiles
+        self.assertEqual(tile(16, 1024, 1024).BLOCK_M, 16)
+        self.assertTrue(tile(200, 1024, 1024).SWAP_AB)
+        batched = planner.Problem(
+            "bmm",
+            2,
+            128,
+            1024,
+            1024,
+            planner.Operand(2 * 128 * 1024, True),
+            planner.Operand(2 * 1024 * 1024, True),
+        )
+        config = planner.select_configs(batched, H200, False, True)[0]
+        self.assertEqual(config.BLOCK_M, 128)
+
 
 @plans_as_h200
 class TestTensorCoreMMSplitKCodegen(TensorCoreMMTestCase):
@@ -103,13 +141,27 @@ class TestTensorCoreMMSplitKCodegen(TensorCoreMMTestCase):
         self.assertIn("SPLIT_K : tl.constexpr = 2", src)
         self.assertRegex("\n".join(code), r"workspace_\d+\.zero_\(\)")
 
+    def test_two_row_tiles(self):
+        # 96 rows of a 1024-column weight: two 64-row tiles, the second masked
+        code = self.cuda_code(linear(), *gpu_randn((96, 1024), (1024, 1024), (1024,)))
+        self.assertTemplate(code)
+        src = kernel_source(code, template_kernels(code)[0])
+        self.assertIn("BLOCK_M : tl.constexpr = 64", src)
+        self.assertIn("SPLIT_K : tl.constexpr = 1", src)
+
 
 class TestTensorCoreMMSplitKGPU(TensorCoreMMTestCase):
     @requires_cuda_sm80
     @parametrize("op", ["mm", "addmm"])
     @parametrize("dtype", [BF16, FP16], name_fn=dtype_name)
-    def test_values(self, op, dtype):
-        inputs = matmul_inputs(op, 16, 1024, 4096, device=GPU_TYPE)
+    # split K; two row tiles where the device's SMs take them
+    @parametrize(
+        "mnk",
+        [(16, 1024, 4096), (96, 1024, 1024)],
+        name_fn=lambda s: "x".join(map(str, s)),
+    )
+    def test_values(self, op, dtype, mnk):
+        inputs = matmul_inputs(op, *mnk, device=GPU_TYPE)
         fn = matmul_op(op, dtype)
         out, code = self.compile_and_run(fn, *inputs)
         self.assertLikeEager(out, fn, inputs, lambda *d: emulate_fp64(op, d), dtype)
