@@ -96,17 +96,20 @@ class TestSplitKPlan(TestCase):
             return planner.select_configs(linear_problem(m, n, k), dev, False, True)[0]
 
         # 1024 columns: 64 tiles of 16 for 132 SMs; two row tiles fill one wave, where
-        # K = 1024 is too short to split
+        # K = 768-1024 (6-8 steps) is too short to split
         for mnk, rows in [
             ((128, 1024, 1024), 64),
             ((96, 768, 768), 64),
             ((64, 1024, 1024), 32),
-            ((48, 1024, 4096), 32),
+            ((48, 1024, 1024), 32),
         ]:
             config = tile(*mnk)
             self.assertEqual(config.BLOCK_M, rows, (mnk, config))
             self.assertEqual(config.BLOCK_N, 16, (mnk, config))
             self.assertEqual((config.SPLIT_K, config.SWAP_AB), (1, False), config)
+        # K long enough to split: split K, the weight read once
+        config = tile(64, 1024, 4096)
+        self.assertEqual((config.BLOCK_M, config.SPLIT_K), (64, 2), config)
         # not where two would need a second wave: 1536 columns on 132 SMs, 1024 on
         # A100's 108
         self.assertEqual(tile(128, 1536, 1536).BLOCK_M, 128)

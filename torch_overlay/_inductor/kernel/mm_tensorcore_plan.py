@@ -411,22 +411,22 @@ def select_configs(
             if p.batch * grid_m * math.ceil(p.n / w) >= 0.9 * dev.sm_count:
                 block_n = w
                 break
-        # a weight too narrow to give every SM a 16-column tile: two row tiles (the
-        # second reads it from the L2) where both fit one wave; at M = 48-128 faster
-        # than one tile and than split K
-        tiles16 = math.ceil(p.n / 16)
+        # 512-byte fp32 rows per load while tiles are thin; deeper pipelines after
+        thin = block_m <= 32 or (b_size == FP32 and block_n <= 32)
+        block_k = 128 if max(a_size, b_size) == FP32 and thin else 64
+        block_k = min(block_k, _pow2_at_least(p.k, 16, 128))
+        # a weight too narrow to give every SM a 16-column tile and K too short to
+        # split: two row tiles (the second reads the weight from the L2) where both fit
+        # one wave
         if (
             p.batch == 1
             and b_size == FP32
             and grid_m == 1
             and block_m >= 64
-            and 2 * tiles16 <= dev.sm_count
+            and 2 * math.ceil(p.n / 16) <= dev.sm_count
+            and _split_k(p, dev, block_m, block_n, block_k) == 1
         ):
             block_m, grid_m = block_m // 2, 2
-        # 512-byte fp32 rows per load while tiles are thin; deeper pipelines after
-        thin = block_m <= 32 or (b_size == FP32 and block_n <= 32)
-        block_k = 128 if max(a_size, b_size) == FP32 and thin else 64
-        block_k = min(block_k, _pow2_at_least(p.k, 16, 128))
         # two 128-row tiles each cast the fp32 weight: as wgmma's register operand (B
         # swapped to A) it skips the trip back through shared memory
         swap = m > 128 and b_size == FP32 and a_size == HALF
