@@ -103,6 +103,12 @@ class TestAutotuneConfigs(TestCase):
                 linear_problem(m, n, 4096), dev, False, True, exhaustive=True
             )
             self.assertEqual({c.SWAP_AB for c in exhaustive}, {True, False})
+        # two 64-row tiles of a narrow weight (M = 128, K too short to split) stay thin
+        # and unswapped
+        (cfg,) = planner.select_configs(
+            linear_problem(128, 1024, 1024), dev, False, True
+        )
+        self.assertEqual((cfg.BLOCK_M, cfg.BLOCK_N, cfg.SWAP_AB), (64, 16, False))
         # the swapped tile's pipeline: as deep as fits at 64 columns, 3 stages at 128
         depth = {}
         for gpu in ("h100", "a100"):

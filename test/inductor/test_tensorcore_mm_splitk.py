@@ -106,7 +106,7 @@ class TestSplitKPlan(TestCase):
             config = tile(*mnk)
             self.assertEqual(config.BLOCK_M, rows, (mnk, config))
             self.assertEqual(config.BLOCK_N, 16, (mnk, config))
-            self.assertEqual((config.SPLIT_K, config.SWAP_AB), (1, False), config)
+            self.assertEqual(config.SPLIT_K, 1, config)
         # K long enough to split: split K, the weight read once
         config = tile(64, 1024, 4096)
         self.assertEqual((config.BLOCK_M, config.SPLIT_K), (64, 2), config)
@@ -117,7 +117,7 @@ class TestSplitKPlan(TestCase):
         self.assertEqual(tile(128, 1024, 1024, a100).BLOCK_M, 128)
         # 16 rows, M = 129-256 (two 128-row tiles already) and batches keep their tiles
         self.assertEqual(tile(16, 1024, 1024).BLOCK_M, 16)
-        self.assertTrue(tile(200, 1024, 1024).SWAP_AB)
+        self.assertEqual(tile(200, 1024, 1024).BLOCK_M, 128)
         batched = planner.Problem(
             "bmm",
             2,
