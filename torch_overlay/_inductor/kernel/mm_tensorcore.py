@@ -319,10 +319,11 @@ def _operand(
 
 
 def _k_contiguous(mat2: Any) -> bool:
-    """``mat2`` ([..., K, N]) has unit stride along K."""
+    """``mat2`` ([..., K, N]) has unit stride along K; False while its layout is not
+    fixed (an unrealized 16-bit cast)."""
     try:
         return mat2.get_stride()[-2] == 1
-    except (NotImplementedError, AttributeError):  # a layout not yet fixed
+    except (NotImplementedError, AttributeError):
         return False
 
 
@@ -840,14 +841,8 @@ def _lower_gemv(
             _as_fp32(b_load([kk, j]), b_dtype, dtype),
         )
 
-    try:  # F.linear's weight: K contiguous, each output reads one row of it
-        hint = (
-            ir.ReductionHint.INNER
-            if b.get_stride()[0] == 1
-            else ir.ReductionHint.DEFAULT
-        )
-    except (NotImplementedError, AttributeError):  # an unrealized 16-bit cast
-        hint = ir.ReductionHint.DEFAULT
+    # F.linear's weight: K contiguous, each output reads one row of it
+    hint = ir.ReductionHint.INNER if _k_contiguous(b) else ir.ReductionHint.DEFAULT
     if hint != ir.ReductionHint.INNER and configs:
         sums = _gemv_template_sums(a, b, dtype, configs)
     else:
