@@ -58,6 +58,14 @@ except ImportError:
     )
 
 
+def bmm_problem(batch, m, n, k):
+    """torch.bmm of fp32 tensors under autocast, as the cost model sees it."""
+    op = planner.Operand
+    return planner.Problem(
+        "bmm", batch, m, n, k, op(batch * m * k, True), op(batch * k * n, True)
+    )
+
+
 class TestSplitKPlan(TestCase):
     def test_split_where_tiles_leave_sms_idle(self):
         # 16x1024: 64 column tiles for 132 SMs, two splits fill one wave; 16x4096 fills
@@ -77,15 +85,7 @@ class TestSplitKPlan(TestCase):
             planner.plan(linear_problem(16, 1024, 1024), H200).config.SPLIT_K, 1
         )
         # batched, or K too short: no split
-        batched = planner.Problem(
-            "bmm",
-            4,
-            16,
-            1024,
-            4096,
-            planner.Operand(4 * 16 * 4096, True),
-            planner.Operand(4 * 4096 * 1024, True),
-        )
+        batched = bmm_problem(4, 16, 1024, 4096)
         self.assertEqual(planner.plan(batched, H200).config.SPLIT_K, 1)
         self.assertEqual(
             planner.plan(linear_problem(16, 1024, 256), H200).config.SPLIT_K, 1
@@ -118,15 +118,7 @@ class TestSplitKPlan(TestCase):
         # 16 rows, M = 129-256 (two 128-row tiles already) and batches keep their tiles
         self.assertEqual(tile(16, 1024, 1024).BLOCK_M, 16)
         self.assertEqual(tile(200, 1024, 1024).BLOCK_M, 128)
-        batched = planner.Problem(
-            "bmm",
-            2,
-            128,
-            1024,
-            1024,
-            planner.Operand(2 * 128 * 1024, True),
-            planner.Operand(2 * 1024 * 1024, True),
-        )
+        batched = bmm_problem(2, 128, 1024, 1024)
         config = planner.select_configs(batched, H200, False, True)[0]
         self.assertEqual(config.BLOCK_M, 128)
 
