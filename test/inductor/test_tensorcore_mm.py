@@ -359,6 +359,24 @@ class TestCostModel(TestCase):
         preds = {p.label: p.seconds for p in preds}
         self.assertLess(preds["template[b]"], preds["template[a]"])
 
+    def test_one_wave_of_wider_tiles(self):
+        # one row tile: the widest that leaves 60% of the SMs a tile, not a second,
+        # mostly idle wave of narrower ones (11008 columns: 86 tiles of 128, not 172 of
+        # 64); 128x64 tiles excepted, and two row tiles fill 90% of them
+        widths = {
+            (64, 11008, 4096): 128,
+            (96, 12288, 4096): 128,
+            (64, 6144, 2048): 64,
+            (16, 3072, 768): 32,
+            (128, 2560, 2560): 32,
+            (96, 6144, 2048): 32,
+            (192, 11008, 4096): 128,
+            (192, 6144, 2048): 64,
+        }
+        for mnk, width in widths.items():
+            cfg = planner.select_configs(linear_problem(*mnk), H200, False, True)[0]
+            self.assertEqual(cfg.BLOCK_N, width, (mnk, cfg))
+
     def test_a_shared_cast_is_not_fused(self):
         # the bf16 weight is needed elsewhere (e.g. saved for backward): it is read, not re-cast
         plan = planner.plan(linear_problem(16, 4096, 4096, w_castable=False), H200)

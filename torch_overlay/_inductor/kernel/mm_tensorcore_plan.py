@@ -370,7 +370,7 @@ def select_configs(
     """Tile configs for ``p``, best first; empty when none fits shared memory.
 
     Up to 256 rows the problem streams the weight (bandwidth-bound): one or two row
-    tiles, and BLOCK_N as wide as possible while every SM still gets a tile, with
+    tiles, and BLOCK_N as wide as possible while most SMs still get a tile, with
     deep pipelines. Beyond, it is compute-bound: 128-wide tiles and 8 warps, and
     when only B is cast in the kernel SWAP_AB makes B wgmma's register operand,
     with 256-row tiles from M = 1024 where three stages of them fit shared memory
@@ -407,8 +407,13 @@ def select_configs(
             if w <= min(widest, max(16, _pow2_at_least(p.n, 16, 128)))
         ]
         block_n = widths[-1]
-        for w in widths:  # the widest tile that still gives every SM one
-            if p.batch * grid_m * math.ceil(p.n / w) >= 0.9 * dev.sm_count:
+        # the widest tile that still gives every SM one; with one row tile, 60% of them
+        # stream the weight at the DRAM rate (narrower tiles would add a mostly idle
+        # wave), but for 128x64 tiles, slower than 128x32 ones in up to two waves
+        for w in widths:
+            one_wave = p.batch == 1 and grid_m == 1 and (block_m, w) != (128, 64)
+            fill = 0.6 if one_wave else 0.9
+            if p.batch * grid_m * math.ceil(p.n / w) >= fill * dev.sm_count:
                 block_n = w
                 break
         # 512-byte fp32 rows per load while tiles are thin; deeper pipelines after
