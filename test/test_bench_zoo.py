@@ -144,6 +144,8 @@ class TestZooModels(TestCase):
         self.assertEqual(b4["sides"]["overlay"]["us"], [103.0, 106.0])
         self.assertEqual(b4["ratio"], 1.0)
         self.assertNotIn("peak_mib", b4["sides"]["stock"])  # measured on a GPU only
+        self.assertIsNone(b4["same_code"])  # the eager backend generates no code
+        b16["same_code"] = True
         b16["sides"]["stock"]["peak_mib"], b16["sides"]["overlay"]["peak_mib"] = 512.4, 256.0
         doc = {"env": {"gpu": "NVIDIA H200", "torch": "2.11.0", "triton": "3.6.0",
                        "transformers": "5.17.0", "date": "2026-11-24",
@@ -165,7 +167,22 @@ class TestZooModels(TestCase):
         doc["env"]["compile_workers"] = 16
         self.assertIn("`python tools/bench.py --zoo`. 16 compile workers. fp32", zoo.markdown(doc))
         self.assertRegex(text, r"\| decode_dyn B=16 \|[^\n]* \| 512 / 256 \| ")
+        self.assertRegex(text, r"\| decode_dyn B=16 \| [\d.]+ \| [\d.]+ \| [\d.]+x \(same code\) \|")
+        self.assertRegex(text, r"\| decode_dyn B=4 \| [\d.]+ \| [\d.]+ \| [\d.]+x \|")
         self.assertRegex(text, r"\| decode_dyn B=4 \|[^\n]* \| - \| ")
+
+    def test_same_code_but_comments(self):
+        stock = ["# AOT ID: ['0_inference']\nbuf0 = mm(x, w)\n    # Topologically sorted\n"]
+        overlay = ["# AOT ID: ['1_inference']\nbuf0 = mm(x, w)\n    # matmul_meta: mm\n"]
+        self.assertTrue(zoo.same_code(stock, overlay))
+        self.assertFalse(zoo.same_code(stock, ["buf0 = tensorcore_mm(x, w)\n"]))
+        self.assertFalse(zoo.same_code(stock, overlay * 2))  # a recompile on one side only
+        self.assertIsNone(zoo.same_code([], overlay))
+        codes = []
+        with zoo.output_code(codes):
+            torch.compile(lambda x: x.sin() + 1)(torch.randn(8))
+        self.assertEqual(len(codes), 1)
+        self.assertIn("def call(", codes[0])
 
     def test_measure_row_keeps_each_sides_fastest_compile(self):
         """compiles=2: each side compiles twice; times fall with every call here, so each

@@ -258,12 +258,32 @@ def peak_mib(call) -> float:
     return peak / 2**20
 
 
+@contextlib.contextmanager
+def output_code(into: list | None):
+    """Inductor's generated code of the compiles inside, appended to ``into`` (if given)."""
+    if into is None:
+        yield
+        return
+    from torch._inductor.graph import GraphLowering
+
+    with mock.patch.object(GraphLowering, "save_output_code", into.append):
+        yield
+
+
+def same_code(a: list[str], b: list[str]) -> bool | None:
+    """Whether two sides generated the same code but its comments (None: no code seen)."""
+    def strip(codes):
+        return [[ln for ln in c.splitlines() if not ln.lstrip().startswith("#")] for c in codes]
+    return strip(a) == strip(b) if a and b else None
+
+
 def measure_row(spec: Spec, model, row: str, device: str = "cuda", timer=kernel_us,
                 compile=torch.compile, compiles: int = 1) -> list[dict]:
     """One row of one model, both sides; one entry per batch (decode_dyn has three).
     Each side compiles ``compiles`` times, alternating with the other side, and keeps its
     fastest compile's time per call and its fastest compile time (errors and counters are the
-    first compile's)."""
+    first compile's); ``same_code`` says whether the sides' first compiles generated the
+    same code (then their ratio is the spread of Inductor's runtime autotuning)."""
     from torch._dynamo.utils import counters
     from torch._inductor.utils import fresh_cache
 
@@ -303,7 +323,7 @@ def measure_row(spec: Spec, model, row: str, device: str = "cuda", timer=kernel_
         entries[b] = {"model": spec.name, "hidden": spec.hidden, "row": row, "batch": b,
                       "eager_err": eager["err"], "eager_rms_err": eager["rms_err"], "sides": {}}
     torch._dynamo.reset()
-    compiled = {}
+    compiled, codes = {}, {"stock": [], "overlay": []}
     # Dynamo counts every side's compiles against one limit
     with torch._dynamo.config.patch(recompile_limit=max(8, 4 * compiles)):
         for c in range(compiles):  # sides alternate, as in the timed passes
@@ -313,7 +333,7 @@ def measure_row(spec: Spec, model, row: str, device: str = "cuda", timer=kernel_
                 with fresh_cache():  # one cache a compile, its recompiles' too
                     for b in batches:
                         graphs, first = counters["stats"]["unique_graphs"], b == batches[0]
-                        with side_config(side):
+                        with side_config(side), output_code(codes[side] if c == 0 else None):
                             if row == "decode_dyn" and first:
                                 for t in sets[b][0]:
                                     torch._dynamo.mark_dynamic(t, 0)
@@ -354,6 +374,7 @@ def measure_row(spec: Spec, model, row: str, device: str = "cuda", timer=kernel_
             if compiles > 1:
                 res["compiles_mean_us"] = means
         e["ratio"] = e["sides"]["stock"]["mean_us"] / e["sides"]["overlay"]["mean_us"]
+        e["same_code"] = same_code(codes["stock"], codes["overlay"])
     compiled.clear()  # the compiled code and its graphs go with the reset
     torch._dynamo.reset()
     return [entries[b] for b in sorted(batches)]
@@ -379,7 +400,9 @@ def markdown(doc: dict) -> str:
             f"{doc['settings'].get('compiles', 1)} compile(s) a side. `{env['command']}`. "
             f"{compile_workers(env)}. fp32 "
             "parameters under bf16 autocast, 2 layers, random weights; decode rows are "
-            "one-token steps without KV cache; ratio = stock / overlay; compile = first call, "
+            "one-token steps without KV cache; ratio = stock / overlay (same code: both "
+            "sides generated the same code but its comments, so the ratio is the spread of "
+            "Inductor's runtime autotuning between compiles); compile = first call, "
             "the fastest of the compiles (in brackets: decode_dyn B=1's recompile); err = "
             "max |out - fp32 eager| / max |fp32 eager|, rms err = ||out - fp32 eager|| / "
             "||fp32 eager||, each the mean "
@@ -397,7 +420,9 @@ def markdown(doc: dict) -> str:
         peak = (f"{s['peak_mib']:.0f} / {o['peak_mib']:.0f}" if "peak_mib" in s and
                 "peak_mib" in o else "-")
         rows.append([e["model"], e["hidden"], label(e), f"{s['mean_us']:.1f}",
-                     f"{o['mean_us']:.1f}", f"{e['ratio']:.2f}x", comp, peak,
+                     f"{o['mean_us']:.1f}",
+                     f"{e['ratio']:.2f}x" + (" (same code)" if e.get("same_code") else ""),
+                     comp, peak,
                      f"{s['err']:.1e} / {o['err']:.1e} ({e['eager_err']:.1e})",
                      f"{s['rms_err']:.2e} / {o['rms_err']:.2e} ({e['eager_rms_err']:.2e})"])
     return head + "\n\n" + markdown_table(
