@@ -407,9 +407,9 @@ def select_configs(
             if w <= min(widest, max(16, _pow2_at_least(p.n, 16, 128)))
         ]
         block_n = widths[-1]
-        # the widest tile that still gives every SM one; with one row tile, 60% of them
-        # stream the weight at the DRAM rate (narrower tiles would add a mostly idle
-        # wave), but for 128x64 tiles, slower than 128x32 ones in up to two waves
+        # the widest tile that still gives every SM one; with one row tile, one that
+        # gives 60% of them one (a second, mostly idle wave of narrower tiles costs more
+        # than the SMs left idle), but for 128x64 tiles, slower than 128x32 ones
         for w in widths:
             one_wave = p.batch == 1 and grid_m == 1 and (block_m, w) != (128, 64)
             fill = 0.6 if one_wave else 0.9
