@@ -366,6 +366,7 @@ def measure_row(spec: Spec, model, row: str, device: str = "cuda", timer=kernel_
                 for c in range(compiles):
                     for b in batches:
                         times[side, c, b].append(timer(lambda: call(compiled[side, c], b)))
+    same = same_code(codes["stock"], codes["overlay"])  # one compile a side covers each batch
     for b, e in entries.items():
         for side, res in e["sides"].items():
             means = [sum(times[side, c, b]) / len(times[side, c, b]) for c in range(compiles)]
@@ -374,7 +375,7 @@ def measure_row(spec: Spec, model, row: str, device: str = "cuda", timer=kernel_
             if compiles > 1:
                 res["compiles_mean_us"] = means
         e["ratio"] = e["sides"]["stock"]["mean_us"] / e["sides"]["overlay"]["mean_us"]
-        e["same_code"] = same_code(codes["stock"], codes["overlay"])
+        e["same_code"] = same
     compiled.clear()  # the compiled code and its graphs go with the reset
     torch._dynamo.reset()
     return [entries[b] for b in sorted(batches)]

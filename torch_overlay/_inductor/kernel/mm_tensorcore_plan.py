@@ -410,9 +410,9 @@ def select_configs(
         # the widest tile that still gives every SM one; with one row tile, one that
         # gives 60% of them one (a second, mostly idle wave of narrower tiles costs more
         # than the SMs left idle), but for 128x64 tiles, slower than 128x32 ones
+        one_row_tile = p.batch == 1 and grid_m == 1
         for w in widths:
-            one_wave = p.batch == 1 and grid_m == 1 and (block_m, w) != (128, 64)
-            fill = 0.6 if one_wave else 0.9
+            fill = 0.6 if one_row_tile and (block_m, w) != (128, 64) else 0.9
             if p.batch * grid_m * math.ceil(p.n / w) >= fill * dev.sm_count:
                 block_n = w
                 break
