@@ -98,6 +98,60 @@ class TestZooModels(TestCase):
         self.assertEqual(llama.get("tensorcore_mm_gemv"), 8, llama)
         self.assertGreater(rows[1]["counters"].get("tensorcore_mm_gemv", 0), 0)
 
+    def test_t5_step_reads_cross_attention_from_the_cache(self):
+        """T5's decode inputs carry each decoder layer's cross-attention K/V; its step, fp32
+        and compiled with a dynamic batch, gives the logits of the step that projects the
+        encoder states, and never runs those projections."""
+        spec = zoo.SPECS["t5-large"]
+        model = zoo.build(spec, "cpu", tiny=True)
+        ids, enc, *kv = zoo.make_inputs(spec, model, "decode_dyn", 4, "cpu")
+        ids16, enc16, *kv16 = zoo.make_inputs(spec, model, "decode_dyn", 16, "cpu")
+        layers = len(model.decoder.block)
+        self.assertEqual(len(kv), 2 * layers)
+        self.assertEqual(kv[0].shape, (4, 4, zoo.ENC_SEQ, 16))  # (B, heads, S, d_kv)
+        with torch.no_grad():
+            ref = model(encoder_outputs=(enc,), decoder_input_ids=ids, use_cache=False).logits
+        projected = []
+        hooks = [getattr(b.layer[1].EncDecAttention, w).register_forward_hook(
+                 lambda *a: projected.append(1)) for b in model.decoder.block for w in "kv"]
+        try:
+            step = torch.compile(lambda *t: zoo.forward(spec, model, t, amp=False),
+                                 backend="eager", fullgraph=True)
+            for t in (ids, enc, *kv):
+                torch._dynamo.mark_dynamic(t, 0)
+            with torch.no_grad():
+                self.assertEqual(step(ids, enc, *kv), ref)
+                self.assertEqual(step(ids16, enc16, *kv16).shape, (16, 1, 256))
+        finally:
+            for h in hooks:
+                h.remove()
+        self.assertEqual(projected, [])
+
+    def test_train_errors_cover_the_gradients(self):
+        """A backward that scales every gradient by 1.01 and leaves the loss: the train
+        row's errors see it (1e-2), where the loss's would say 0."""
+        class ScaleGrad(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                return x.clone()
+
+            @staticmethod
+            def backward(ctx, g):
+                return g * 1.01
+
+        def compile(f, **kw):
+            eager = torch.compile(f, backend="eager", **kw)
+            return lambda *t: ScaleGrad.apply(eager(*t))
+        spec = zoo.SPECS["bert-large"]
+        model = zoo.build(spec, "cpu", tiny=True)
+        with mock.patch.object(zoo, "BATCH", 2), mock.patch.object(zoo, "SEQ", 8):
+            (e,) = zoo.measure_row(spec, model, "train", device="cpu",
+                                   timer=lambda call: (call(), 1.0)[1], compile=compile)
+        for side in ("stock", "overlay"):
+            for key in ("err", "rms_err"):
+                self.assertAlmostEqual(e["sides"][side][key], 0.01, delta=1e-6)
+        self.assertEqual(e["eager_rms_err"], 0.0)  # CUDA autocast leaves CPU tensors fp32
+
     def test_random_weights(self):
         model = zoo.build(zoo.SPECS["gpt2-large"], "cpu", tiny=True)
         for name, p in model.named_parameters():

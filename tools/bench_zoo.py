@@ -15,11 +15,14 @@ time: the configs Inductor's runtime autotuning picks for the same kernels diffe
 compile to the next (stock BERT-large batch8 on an H100: 304-326 us over three compiles), and
 a compile's seconds vary with the host. Time is GPU kernel time:
 torch.profiler's CUDA events per call, summed over ``ITERS`` calls after ``WARMUP``.
-Rows: ``decode1`` one token at batch 1 with use_cache=False (a step without KV cache);
-``decode_dyn`` the same, batch dim ``mark_dynamic``, compiled at batch 4 and timed at 1, 4,
-16 (batch 1 recompiles: Dynamo specializes sizes 0 and 1); ``batch8`` 8x128 tokens or 8
-images; ``train`` forward + backward, loss the mean square of the output (a random model's
-mean output is near 0: its relative error would say nothing). Dropout is off (eval mode).
+Rows: ``decode1`` one token at batch 1, a step without KV cache (T5's attends to 128 random
+encoder states through cross-attention keys and values in the cache, as generate's steps
+after the first do: projecting the encoder states is once a sequence, a batch8 row's work);
+``decode_dyn`` the same, batch dim ``mark_dynamic``, compiled
+at batch 4 and timed at 1, 4, 16 (batch 1 recompiles: Dynamo specializes sizes 0 and 1);
+``batch8`` 8x128 tokens or 8 images; ``train`` forward + backward, loss the mean square of
+the output (a random model's mean output is near 0: its relative error would say nothing),
+its errors those of every parameter's gradient as one vector. Dropout is off (eval mode).
 """
 from __future__ import annotations
 
@@ -102,7 +105,8 @@ SPECS = {s.name: s for s in (
     Spec("bert-large", "encoder", "google-bert/bert-large-uncased", ("BertConfig", "BertModel"),
          _lm(1024, 16, 4096, 30522), _TINY, train=True),
     Spec("t5-large", "encdec", "google-t5/t5-large (relu FFN, tied lm_head; decode over 128 "
-         "random encoder states)", ("T5Config", "T5ForConditionalGeneration"),
+         "random encoder states, their cross-attention K/V cached)",
+         ("T5Config", "T5ForConditionalGeneration"),
          dict(d_model=1024, d_kv=64, d_ff=4096, num_heads=16, num_layers=2,
               num_decoder_layers=2, vocab_size=32128, feed_forward_proj="relu"),
          dict(d_model=64, d_kv=16, d_ff=128, num_heads=4, num_layers=1, num_decoder_layers=1,
@@ -160,9 +164,36 @@ def make_inputs(spec: Spec, model, row: str, batch: int, device: str, seed: int 
     seq = 1 if row.startswith("decode") else SEQ
     ids = torch.randint(0, model.config.vocab_size, (batch, seq), device=device, generator=gen)
     if spec.kind == "encdec" and seq == 1:
-        return ids, torch.randn(batch, ENC_SEQ, model.config.d_model, device=device,
-                                generator=gen)
+        enc = torch.randn(batch, ENC_SEQ, model.config.d_model, device=device, generator=gen)
+        return (ids, enc, *cross_attention_kv(model, ids, enc))
     return (ids, ids.roll(1, dims=-1)) if spec.kind == "encdec" else (ids,)
+
+
+def cross_attention_kv(model, ids, enc) -> list[torch.Tensor]:
+    """Each decoder layer's cross-attention keys and values of ``enc`` (bf16 autocast), as
+    generate's first step caches them: its later steps do not project the encoder states."""
+    with torch.no_grad(), torch.autocast("cuda", torch.bfloat16):
+        cache = model(encoder_outputs=(enc,), decoder_input_ids=ids,
+                      use_cache=True).past_key_values.cross_attention_cache
+    return [t for layer in cache.layers for t in (layer.keys, layer.values)]
+
+
+def kv_cache(kv: tuple):
+    """An encoder-decoder cache holding only the cross-attention ``kv``: the step attends
+    to its own token (no self-attention past, as the decoders' steps) and to the cache."""
+    from transformers.cache_utils import DynamicCache, DynamicLayer, EncoderDecoderCache
+
+    cross = DynamicCache()
+    for k, v in zip(kv[::2], kv[1::2]):
+        # what DynamicLayer.update stores, without its copy: generate's later steps read
+        # the cached tensors themselves
+        layer = DynamicLayer()
+        layer.dtype, layer.device, layer.keys, layer.values = k.dtype, k.device, k, v
+        layer.is_initialized = True
+        cross.layers.append(layer)
+    cache = EncoderDecoderCache(DynamicCache(), cross)
+    cache.is_updated.update(dict.fromkeys(range(len(cross.layers)), True))
+    return cache
 
 
 def forward(spec: Spec, model, inputs: tuple, amp: bool) -> torch.Tensor:
@@ -173,8 +204,9 @@ def forward(spec: Spec, model, inputs: tuple, amp: bool) -> torch.Tensor:
         if spec.kind == "encoder":
             return model(input_ids=inputs[0]).last_hidden_state
         if spec.kind == "encdec" and inputs[1].is_floating_point():
+            kv = inputs[2:] if amp else [t.float() for t in inputs[2:]]  # the fp32 reference's
             return model(encoder_outputs=(inputs[1],), decoder_input_ids=inputs[0],
-                         use_cache=False).logits
+                         past_key_values=kv_cache(kv), use_cache=True).logits
         if spec.kind == "encdec":
             return model(input_ids=inputs[0], decoder_input_ids=inputs[1],
                          use_cache=False).logits
@@ -305,8 +337,16 @@ def measure_row(spec: Spec, model, row: str, device: str = "cuda", timer=kernel_
         loss.backward()
         return loss.detach()
 
+    def result(fn, b, seed):
+        """What errors are taken of: the output, or every gradient (the loss is one number,
+        a sample of rounding; the gradients are the backward's and the forward's work)."""
+        out = call(fn, b, seed)
+        if not train:
+            return out
+        return torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+
     def errs(fn, b) -> dict:
-        outs, res = [call(fn, b, s) for s in range(ERR_INPUTS)], {}
+        outs, res = [result(fn, b, s) for s in range(ERR_INPUTS)], {}
         for key, err in (("err", max_rel_err), ("rms_err", rms_rel_err)):
             res[key + "s"] = [err(o, r) for o, r in zip(outs, refs[b])]
             res[key] = sum(res[key + "s"]) / ERR_INPUTS
@@ -315,10 +355,13 @@ def measure_row(spec: Spec, model, row: str, device: str = "cuda", timer=kernel_
     entries, refs = {}, {}
     for b in batches:
         refs[b] = []
-        for t in sets[b]:
-            with torch.no_grad():
-                ref = forward(spec, model, t, amp=False)  # fp32 eager, no autocast
-            refs[b].append(ref.float().pow(2).mean() if train else ref)
+        for seed in range(ERR_INPUTS):  # fp32 eager, no autocast
+            if train:
+                refs[b].append(result(lambda *t: forward(spec, model, t, amp=False).pow(2)
+                                      .mean(), b, seed))
+            else:
+                with torch.no_grad():
+                    refs[b].append(forward(spec, model, sets[b][seed], amp=False))
         eager = errs(step, b)
         entries[b] = {"model": spec.name, "hidden": spec.hidden, "row": row, "batch": b,
                       "eager_err": eager["err"], "eager_rms_err": eager["rms_err"], "sides": {}}
@@ -401,12 +444,13 @@ def markdown(doc: dict) -> str:
             f"{doc['settings'].get('compiles', 1)} compile(s) a side. `{env['command']}`. "
             f"{compile_workers(env)}. fp32 "
             "parameters under bf16 autocast, 2 layers, random weights; decode rows are "
-            "one-token steps without KV cache; ratio = stock / overlay (same code: both "
-            "sides generated the same code but its comments, so the ratio is the spread of "
-            "Inductor's runtime autotuning between compiles); compile = first call, "
-            "the fastest of the compiles (in brackets: decode_dyn B=1's recompile); err = "
-            "max |out - fp32 eager| / max |fp32 eager|, rms err = ||out - fp32 eager|| / "
-            "||fp32 eager||, each the mean "
+            "one-token steps without KV cache (T5's with its cross-attention K/V cached); "
+            "ratio = stock / overlay (same code: both sides generated the same code but "
+            "its comments, so the ratio is the spread of Inductor's runtime autotuning "
+            "between compiles); compile = first call, the fastest of the compiles (in "
+            "brackets: decode_dyn B=1's recompile); err = max |out - fp32 eager| / max "
+            "|fp32 eager|, rms err = ||out - fp32 eager|| / ||fp32 eager||, out the "
+            "output or (train) every parameter's gradient as one vector, each the mean "
             f"over {ERR_INPUTS} input sets, eager bf16 autocast's in brackets.")
     rows = []
     for e in doc["rows"]:
@@ -516,9 +560,10 @@ def index_as_aten(self, index):
 
 @contextlib.contextmanager
 def fake_cuda_methods():
-    """Tensor methods whose C++ binding asks the CUDA driver for the current device (which
-    the GPU-free harness's faked H200 has not), done in Python for CUDA tensors."""
-    getitem, contiguous = torch.Tensor.__getitem__, torch.Tensor.contiguous
+    """Tensor methods (and ``torch.tensor``) whose C++ binding asks the CUDA driver for the
+    current device (which the GPU-free harness's faked H200 has not), done in Python for
+    CUDA tensors."""
+    getitem, contiguous, tensor = torch.Tensor.__getitem__, torch.Tensor.contiguous, torch.tensor
 
     def _getitem(self, index):
         return (index_as_aten if self.device.type == "cuda" else getitem)(self, index)
@@ -527,8 +572,13 @@ def fake_cuda_methods():
         if self.device.type != "cuda" or self.is_contiguous(memory_format=memory_format):
             return contiguous(self, memory_format=memory_format)
         return torch.ops.aten.clone.default(self, memory_format=memory_format)
+    def _tensor(data, *, device=None, **kw):  # an empty DynamicCache layer's first tensor
+        if isinstance(data, list) and not data and torch.device(device or "cpu").type == "cuda":
+            return torch.empty(0, device=device, **kw)
+        return tensor(data, device=device, **kw)
     with mock.patch.object(torch.Tensor, "__getitem__", _getitem), \
-            mock.patch.object(torch.Tensor, "contiguous", _contiguous):
+            mock.patch.object(torch.Tensor, "contiguous", _contiguous), \
+            mock.patch.object(torch, "tensor", _tensor):
         yield
 
 
