@@ -323,7 +323,7 @@ class TestCostModel(TestCase):
 
     def test_plan_per_shape(self):
         T = planner.TileConfig
-        decode = T(16, 32, 128, 8, 4, 6)
+        decode = T(16, 32, 128, 8, 2, 6)
         expected = {
             (16, 4096, 4096): ("template", True, True, decode),
             # one 128-row tile streams the fp32 weight once
@@ -358,6 +358,27 @@ class TestCostModel(TestCase):
         preds = planner.plan(linear_problem(128, 4096, 4096), H200).predictions
         preds = {p.label: p.seconds for p in preds}
         self.assertLess(preds["template[b]"], preds["template[a]"])
+
+    def test_sixteen_row_tiles_take_two_warps(self):
+        # a tile of 16 rows and at most 32 columns runs on mma.sync: 2 warps; 32 rows
+        # or 64 columns keep 4; max-autotune also tries 4
+        for (m, n, k), block_n, warps in (
+            ((16, 1024, 1024), 16, 2),
+            ((8, 1024, 4096), 16, 2),
+            ((16, 4096, 4096), 32, 2),
+            ((16, 32128, 1024), 32, 2),
+            ((32, 1024, 1024), 16, 4),
+            ((128, 4096, 4096), 32, 4),
+        ):
+            config = planner.plan(linear_problem(m, n, k), H200).config
+            self.assertEqual(
+                (config.BLOCK_N, config.num_warps), (block_n, warps), (m, n, k)
+            )
+        p = linear_problem(16, 1024, 1024)
+        self.assertEqual(planner.plan_dynamic_m(p, H200, 16).config.num_warps, 2)
+        tried = planner.select_configs(p, H200, True, True, exhaustive=True)
+        self.assertEqual(tried[0].num_warps, 2)
+        self.assertIn(dataclasses.replace(tried[0], num_warps=4), tried)
 
     def test_one_wave_of_wider_tiles(self):
         # one row tile: the widest that leaves 60% of the SMs a tile, not a second,

@@ -437,8 +437,11 @@ def select_configs(
         swap = m > 128 and b_size == FP32 and a_size == HALF
         if swap:
             block_n, block_k = max(64, block_n), min(block_k, 64)
-        # 4 warps up to 128x64 tiles
+        # 4 warps up to 128x64 tiles; 2 for a 16-row tile of at most 32 columns (too
+        # small for a warp group's wgmma, it runs on mma.sync: fewer threads idle)
         warps = 8 if block_m * block_n > 128 * 64 else 4
+        if block_m == 16 and block_n <= 32:
+            warps = 2
         if swap:  # the deepest pipeline that fits at 64 columns; a fourth stage of
             # 128 columns was slower than three
             split, stages = 1, 6 if block_n == 64 else 3
@@ -474,7 +477,7 @@ def select_configs(
                     dataclasses.replace(base, SPLIT_K=1 if base.SPLIT_K > 1 else 2)
                 )
             variants += [
-                dataclasses.replace(base, num_warps=12 - warps),
+                dataclasses.replace(base, num_warps=8 if warps == 4 else 4),
             ]
         most = stages
     else:
