@@ -9,6 +9,7 @@ plan (nothing run); on any CUDA GPU with sm_80, a template that fails to load.
 
 from __future__ import annotations
 
+import dataclasses
 from unittest import mock
 
 import torch
@@ -70,7 +71,17 @@ class TestAutotuneConfigs(TestCase):
                         (gpu, m, fused, cfg),
                     )
 
-    def test_compute_bound_configs(self):
+    def test_other_warp_count(self):
+        # beside the default's warps, the other count of its tile: 4 for a 16-row tile's
+        # 2, 8 for 4
+        dev = planner.device_model(DEVICE_SPECS["h100"])
+        for m, warps, other in ((16, 2, 4), (128, 4, 8)):
+            configs = planner.select_configs(
+                linear_problem(m, 1024, 1024), dev, True, True, exhaustive=True
+            )
+            self.assertEqual(configs[0].num_warps, warps)
+            self.assertIn(dataclasses.replace(configs[0], num_warps=other), configs)
+
         # only the weight cast in the kernel: SWAP_AB makes it wgmma's register operand,
         # and from M = 1024 256-row tiles halve the times its tiles are re-read
         dev = planner.device_model(DEVICE_SPECS["h200"])

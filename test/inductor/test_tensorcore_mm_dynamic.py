@@ -76,6 +76,7 @@ class TestDynamicMPlan(TestCase):
         p = linear_problem(16, 4096, 4096)
         splits = planner.dynamic_m_splits(p, H200, 2, 8192)
         self.assertEqual([s for s, _ in splits], [16, 64])  # not 256: tiles re-read x
+        self.assertEqual(splits[0][1].config.num_warps, 2)  # a 16-row tile's
         for split, q in splits:
             self.assertEqual(q.path, "template")
             self.assertLessEqual(q.config.BLOCK_M, split)
