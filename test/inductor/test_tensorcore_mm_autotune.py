@@ -82,6 +82,7 @@ class TestAutotuneConfigs(TestCase):
             self.assertEqual(configs[0].num_warps, warps)
             self.assertIn(dataclasses.replace(configs[0], num_warps=other), configs)
 
+    def test_compute_bound_configs(self):
         # only the weight cast in the kernel: SWAP_AB makes it wgmma's register operand,
         # and from M = 1024 256-row tiles halve the times its tiles are re-read
         dev = planner.device_model(DEVICE_SPECS["h200"])
