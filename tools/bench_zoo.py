@@ -18,11 +18,11 @@ torch.profiler's CUDA events per call, summed over ``ITERS`` calls after ``WARMU
 Rows: ``decode1`` one token at batch 1, a step without KV cache (T5's attends to 128 random
 encoder states through cross-attention keys and values in the cache, as generate's steps
 after the first do: projecting the encoder states is once a sequence, a batch8 row's work);
-``decode_dyn`` the same, batch dim ``mark_dynamic``, compiled
-at batch 4 and timed at 1, 4, 16 (batch 1 recompiles: Dynamo specializes sizes 0 and 1);
-``batch8`` 8x128 tokens or 8 images; ``train`` forward + backward, loss the mean square of
-the output (a random model's mean output is near 0: its relative error would say nothing),
-its errors those of every parameter's gradient as one vector. Dropout is off (eval mode).
+``decode_dyn`` the same, batch dim ``mark_dynamic``, compiled at batch 4 and timed at 1, 4,
+16 (batch 1 recompiles: Dynamo specializes sizes 0 and 1); ``batch8`` 8x128 tokens or 8
+images; ``train`` forward + backward, loss the mean square of the output (a random model's
+mean output is near 0: its relative error would say nothing), its errors those of every
+parameter's gradient as one vector. Dropout is off (eval mode).
 """
 from __future__ import annotations
 
@@ -324,8 +324,8 @@ def measure_row(spec: Spec, model, row: str, device: str = "cuda", timer=kernel_
     sets = {b: [make_inputs(spec, model, row, b, device, seed) for seed in range(ERR_INPUTS)]
             for b in batches}
 
-    def step(*t):
-        out = forward(spec, model, t, amp=True)
+    def step(*t, amp=True):
+        out = forward(spec, model, t, amp=amp)
         return out.float().pow(2).mean() if train else out
 
     def call(fn, b, seed=0):
@@ -354,14 +354,8 @@ def measure_row(spec: Spec, model, row: str, device: str = "cuda", timer=kernel_
 
     entries, refs = {}, {}
     for b in batches:
-        refs[b] = []
-        for seed in range(ERR_INPUTS):  # fp32 eager, no autocast
-            if train:
-                refs[b].append(result(lambda *t: forward(spec, model, t, amp=False).pow(2)
-                                      .mean(), b, seed))
-            else:
-                with torch.no_grad():
-                    refs[b].append(forward(spec, model, sets[b][seed], amp=False))
+        # fp32 eager, no autocast
+        refs[b] = [result(lambda *t: step(*t, amp=False), b, s) for s in range(ERR_INPUTS)]
         eager = errs(step, b)
         entries[b] = {"model": spec.name, "hidden": spec.hidden, "row": row, "batch": b,
                       "eager_err": eager["err"], "eager_rms_err": eager["rms_err"], "sides": {}}
