@@ -145,6 +145,27 @@ class TestAutotuneConfigs(TestCase):
         )
         self.assertFalse(cfg.SWAP_AB)
 
+    def test_one_wide_row_tile_swaps(self):
+        # M = 65-128 over 128-column tiles: x cast apart and the weight swapped into
+        # registers, not both cast in the kernel; narrower or 64-row tiles unchanged
+        for gpu in ("h200", "h100"):
+            dev = planner.device_model(DEVICE_SPECS[gpu])
+            for m, n, swap in [
+                (96, 11008, True),
+                (128, 14336, True),
+                (128, 4096, False),
+                (64, 11008, False),
+            ]:
+                plan = planner.plan(linear_problem(m, n, 4096), dev)
+                cfg = plan.config
+                self.assertEqual(plan.path, "template", (gpu, m, n))
+                self.assertEqual(cfg.SWAP_AB, swap, (gpu, m, n))
+                if swap:
+                    self.assertEqual(
+                        (plan.fused_a, cfg.BLOCK_M, cfg.BLOCK_N, cfg.num_warps),
+                        (False, 128, 128, 8),
+                    )
+
 
 SWAP = dict(
     BLOCK_M=16,

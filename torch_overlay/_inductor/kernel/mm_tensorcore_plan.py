@@ -432,9 +432,14 @@ def select_configs(
             and _split_k(p, dev, block_m, block_n, block_k) == 1
         ):
             block_m, grid_m = block_m // 2, 2
-        # two 128-row tiles each cast the fp32 weight: as wgmma's register operand (B
-        # swapped to A) it skips the trip back through shared memory
-        swap = m > 128 and b_size == FP32 and a_size == HALF
+        # two 128-row tiles each cast the fp32 weight, or one 128x128 tile streams it:
+        # as wgmma's register operand (B swapped to A) it skips the trip back through
+        # shared memory
+        swap = (
+            b_size == FP32
+            and a_size == HALF
+            and (m > 128 or (one_row_tile and (block_m, block_n) == (128, 128)))
+        )
         if swap:
             block_n, block_k = max(64, block_n), min(block_k, 64)
         # 4 warps up to 128x64 tiles; 2 for a 16-row tile of at most 32 columns (too
@@ -885,7 +890,11 @@ def plan(
         return Plan(
             "stock", "smem: no tile config fits shared memory", predictions=tuple(preds)
         )
-    best = min(preds[1:], key=lambda q: q.seconds)
+    # one 128x128 row tile: x cast apart and the weight swapped into registers ran
+    # 1.01x-1.23x faster than both cast in the kernel; the model, bandwidth-bound
+    # either way, cannot tell them apart
+    swapped = [q for q in preds[1:] if q.config.SWAP_AB and p.m <= q.config.BLOCK_M]
+    best = min(swapped or preds[1:], key=lambda q: q.seconds)
     fused_bias = p.bias is not None and p.bias.castable
     if gemv is not None and decode16(p, dev) and force.path != "template":
         # one row of a frozen weight: the gemv where it streams no slower than cuBLAS (one
