@@ -33,7 +33,9 @@ in-kernel cast slows the main loop instead (``eff``: a cast operand passes throu
 registers, and a 16-bit copy of it back through shared memory unless it is wgmma's
 register operand, A, or B when SWAP_AB), and the separate casts plus cuBLAS win.
 ``plan`` takes the fastest prediction and keeps the stock path unless the template
-is predicted at least ``margin`` faster.
+is predicted at least ``margin`` faster. One row tile of 128x128 is the exception:
+there the weight swapped into registers (x cast apart) and both operands cast in the
+kernel predict alike, bandwidth-bound, and the swapped tile, faster when timed, is taken.
 
 One row (M = 1, not batched): the template would run its MMAs 1/16 full and, one
 row tile an SM, streams the weight well below the copy rate; ``gemv`` lowers it to an
@@ -890,9 +892,7 @@ def plan(
         return Plan(
             "stock", "smem: no tile config fits shared memory", predictions=tuple(preds)
         )
-    # one 128x128 row tile: x cast apart and the weight swapped into registers ran
-    # 1.01x-1.23x faster than both cast in the kernel; the model, bandwidth-bound
-    # either way, cannot tell them apart
+    # one swapped row tile, where the model cannot tell it from both operands cast
     swapped = [q for q in preds[1:] if q.config.SWAP_AB and p.m <= q.config.BLOCK_M]
     best = min(swapped or preds[1:], key=lambda q: q.seconds)
     fused_bias = p.bias is not None and p.bias.castable
