@@ -216,6 +216,18 @@ class TestTensorCoreMMAutotune(TensorCoreMMTestCase):
             src
         )
 
+    @plans_as_h200
+    def test_one_row_tile_swapped_code(self):
+        # M = 128 over 128-column tiles: the template swaps, x cast by a kernel of its own
+        code = self.cuda_code(
+            linear(), *gpu_randn((128, 4096), (11008, 4096), (11008,))
+        )
+        self.assertTemplate(code, casts=1)
+        src = kernel_source(code, template_kernels(code)[0])
+        FileCheck().check("BLOCK_M : tl.constexpr = 128").check(
+            "BLOCK_N : tl.constexpr = 128"
+        ).check("SWAP_AB : tl.constexpr = True").run(src)
+
     @requires_cuda_sm80
     @parametrize("split_k", [1, 2])
     def test_swap_ab_values(self, split_k):
