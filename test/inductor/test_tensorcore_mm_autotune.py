@@ -166,6 +166,26 @@ class TestAutotuneConfigs(TestCase):
                         (False, 128, 128, 8),
                     )
 
+    def test_tall_row_tile_streams_the_weight_once(self):
+        # M = 129-256: one 256x128 swapped tile where its tiles give most SMs one and fit
+        # one wave, else two 128-row tiles
+        for gpu in ("h200", "h100"):
+            dev = planner.device_model(DEVICE_SPECS[gpu])
+            for m, n, k, block_m in [
+                (256, 11008, 4096, 256),
+                (160, 14336, 4096, 256),
+                (256, 18944, 3584, 128),
+                (256, 4096, 4096, 128),
+            ]:
+                plan = planner.plan(linear_problem(m, n, k), dev)
+                cfg = plan.config
+                self.assertEqual(plan.path, "template", (gpu, m, n))
+                self.assertEqual(
+                    (plan.fused_a, cfg.SWAP_AB, cfg.BLOCK_M), (False, True, block_m)
+                )
+                if block_m == 256:
+                    self.assertEqual((cfg.BLOCK_N, cfg.num_warps), (128, 8))
+
 
 SWAP = dict(
     BLOCK_M=16,
@@ -217,14 +237,14 @@ class TestTensorCoreMMAutotune(TensorCoreMMTestCase):
         )
 
     @plans_as_h200
-    def test_one_row_tile_swapped_code(self):
-        # M = 128 over 128-column tiles: the template swaps, x cast by a kernel of its own
-        code = self.cuda_code(
-            linear(), *gpu_randn((128, 4096), (11008, 4096), (11008,))
-        )
+    @parametrize("m, block_m", [(128, 128), (200, 256)])
+    def test_one_row_tile_swapped_code(self, m, block_m):
+        # one row tile over 128-column tiles: the template swaps, x cast by a kernel of
+        # its own
+        code = self.cuda_code(linear(), *gpu_randn((m, 4096), (11008, 4096), (11008,)))
         self.assertTemplate(code, casts=1)
         src = kernel_source(code, template_kernels(code)[0])
-        FileCheck().check("BLOCK_M : tl.constexpr = 128").check(
+        FileCheck().check(f"BLOCK_M : tl.constexpr = {block_m}").check(
             "BLOCK_N : tl.constexpr = 128"
         ).check("SWAP_AB : tl.constexpr = True").run(src)
 

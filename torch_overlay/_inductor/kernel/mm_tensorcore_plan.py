@@ -33,9 +33,10 @@ in-kernel cast slows the main loop instead (``eff``: a cast operand passes throu
 registers, and a 16-bit copy of it back through shared memory unless it is wgmma's
 register operand, A, or B when SWAP_AB), and the separate casts plus cuBLAS win.
 ``plan`` takes the fastest prediction and keeps the stock path unless the template
-is predicted at least ``margin`` faster. One row tile of 128x128 is the exception:
-there the weight swapped into registers (x cast apart) and both operands cast in the
-kernel predict alike, bandwidth-bound, and the swapped tile, faster when timed, is taken.
+is predicted at least ``margin`` faster. One swapped row tile (128x128, or 256x128
+past 128 rows) is the exception: there the weight swapped into registers (x cast apart)
+and both operands cast in the kernel predict alike, bandwidth-bound, and the swapped
+tile, faster when timed, is taken.
 
 One row (M = 1, not batched): the template would run its MMAs 1/16 full and, one
 row tile an SM, streams the weight well below the copy rate; ``gemv`` lowers it to an
@@ -372,12 +373,12 @@ def select_configs(
     """Tile configs for ``p``, best first; empty when none fits shared memory.
 
     Up to 256 rows the problem streams the weight (bandwidth-bound): one or two row
-    tiles, and BLOCK_N as wide as possible while most SMs still get a tile, with
-    deep pipelines. Beyond, it is compute-bound: 128-wide tiles and 8 warps, and
-    when only B is cast in the kernel SWAP_AB makes B wgmma's register operand,
-    with 256-row tiles from M = 1024 where three stages of them fit shared memory
-    (256x128x64 w8 s3 swap: 208 KB; else 128x128x64 s4 swap, which max-autotune
-    adds after it).
+    tiles (one of 256 rows where its tiles fit one wave), and BLOCK_N as wide as
+    possible while most SMs still get a tile, with deep pipelines. Beyond, it is
+    compute-bound: 128-wide tiles and 8 warps, and when only B is cast in the kernel
+    SWAP_AB makes B wgmma's register operand, with 256-row tiles from M = 1024 where
+    three stages of them fit shared memory (256x128x64 w8 s3 swap: 208 KB; else
+    128x128x64 s4 swap, which max-autotune adds after it).
     ``exhaustive`` (max-autotune) adds neighbouring configs.
     """
     a_size = FP32 if fused_a else HALF
@@ -444,6 +445,11 @@ def select_configs(
         )
         if swap:
             block_n, block_k = max(64, block_n), min(block_k, 64)
+        # past 128 rows, one 256x128 tile streams the weight once where two 128-row tiles
+        # read it twice, if its tiles give most SMs one and fit one wave
+        tall = 0.6 * dev.sm_count <= math.ceil(p.n / 128) <= dev.sm_count
+        if swap and m > 128 and p.batch == 1 and tall:
+            block_m, block_n = 256, 128
         # 4 warps up to 128x64 tiles; 2 for a 16-row tile of at most 32 columns (too
         # small for a warp group's wgmma, it runs on mma.sync: fewer threads idle)
         warps = 8 if block_m * block_n > 128 * 64 else 4
