@@ -69,16 +69,19 @@ except ImportError:
 class TestGemvPlan(TestCase):
     """The plan for one row, from shapes alone: no compile."""
 
-    def test_gemv_configs(self):
+    @parametrize("k_contiguous", [False, True])
+    def test_gemv_configs(self, k_contiguous):
         # the template's program steps through its ROWS by BLOCK_K, and every config of
-        # one matmul splits K alike (the partial sums' layout); more only under autotune
-        (default,) = planner.gemv_configs()
-        tuned = planner.gemv_configs(autotune=True)
+        # one matmul splits K alike (the partial sums' layout); more only under autotune.
+        # Over a K-contiguous weight one split spans K
+        (default,) = planner.gemv_configs(1280, k_contiguous)
+        tuned = planner.gemv_configs(1280, k_contiguous, autotune=True)
         self.assertEqual(tuned[0], default)
         self.assertGreater(len(tuned), 1)
         for cfg in tuned:
             self.assertEqual(cfg.ROWS % cfg.BLOCK_K, 0, cfg)
             self.assertEqual(cfg.ROWS, default.ROWS, cfg)
+        self.assertEqual(default.ROWS >= 1280, k_contiguous)
 
     @parametrize(
         "mnk",
@@ -103,18 +106,22 @@ class TestTensorCoreMMGemvCodegen(TensorCoreMMTestCase):
     """Generated code for the H200's plans (nothing run)."""
 
     def test_gemv(self):
-        # M=1: one reduction over K reads the fp32 x, w and bias, rounds them to bf16
-        # in registers and sums in fp32; the bias and the rounding follow in the kernel
+        # M=1: one kernel, the gemv template over F.linear's [N, K] weight, reads the
+        # fp32 x, w and bias, rounds them to bf16 in registers and sums whole rows in
+        # fp32 (one split: no partial sums); the bias and the rounding follow in it
         code = self.cuda_code(linear(), *gpu_randn((1, 4096), (4096, 4096), (4096,)))
-        self.assertEqual(template_kernels(code), [])
         self.assertEqual(cast_kernels(code), [])
         self.assertEqual(self.counts["tensorcore_mm_gemv"], 1)
-        (name,) = re.findall(r"(triton_red_fused_\w+?_\d+)\.run\(", "\n".join(code))
-        src = kernel_source(code, name)
+        (name,) = template_kernels(code)
+        self.assertEqual(
+            re.findall(r"triton_(?:per|red|poi)_\w+\.run\(", "\n".join(code)), []
+        )
         self.assertNotRegex("\n".join(code), r"extern_kernels\.\w+\(")
-        FileCheck().check("tl.load").check(".to(tl.bfloat16)").check(
-            ".to(tl.float32)"
-        ).check("tl.sum").check(".to(tl.bfloat16)").check("tl.store").run(src)
+        FileCheck().check("'arg_B': '*fp32'").check("ROWS : tl.constexpr = 4096").check(
+            "stride_bk = 1"
+        ).check("b.to(DOT_DTYPE)").check("tl.sum(acc, 0)").check(
+            ".to(tl.bfloat16)"
+        ).check("tl.store").run(kernel_source(code, name))
 
     def test_gemv_after_a_norm(self):
         # x from a norm (its bf16 copy comes out of the norm's kernel): the reduction reads
@@ -163,8 +170,11 @@ class TestTensorCoreMMGemvCodegen(TensorCoreMMTestCase):
         inputs = matmul_inputs(op, 1, 999, 1001, device=GPU_TYPE)
         code = self.cuda_code(matmul_op(op, dtype), *inputs)
         self.assertEqual(self.counts["tensorcore_mm_gemv"], 1, dict(self.counts))
-        self.assertEqual(template_kernels(code) + cast_kernels(code), [])
-        self.assertIn(f".to(tl.{dtype_name(dtype)})", "\n".join(code))
+        self.assertEqual(len(template_kernels(code)), 1)
+        self.assertEqual(cast_kernels(code), [])
+        self.assertIn(
+            f"DOT_DTYPE : tl.constexpr = tl.{dtype_name(dtype)}", "\n".join(code)
+        )
 
 
 def row_major_weight(x, w):
@@ -188,11 +198,10 @@ class TestTensorCoreMMGemvGPU(TensorCoreMMTestCase):
         code = self.compile_values(op, dtype, mnk)
         if not IS_H200:
             return
-        if op in ("mm", "addmm"):  # a reduction kernel; batched rows take the template
-            self.assertEqual(template_kernels(code), [])
-            self.assertEqual(self.counts["tensorcore_mm_gemv"], 1, dict(self.counts))
-        else:
-            self.assertEqual(len(template_kernels(code)), 1, dict(self.counts))
+        # the gemv template; batched rows take the tile template
+        self.assertEqual(len(template_kernels(code)), 1, dict(self.counts))
+        gemv = int(op in ("mm", "addmm"))
+        self.assertEqual(self.counts["tensorcore_mm_gemv"], gemv, dict(self.counts))
 
     @requires_cuda_sm80
     @parametrize(

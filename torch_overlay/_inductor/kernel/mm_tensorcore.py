@@ -91,10 +91,10 @@ def tensorcore_gemv_grid(splits, n, meta, *, cdiv):
     return (cdiv(n, meta["BLOCK_N"]), splits, 1)
 
 
-# One row times a [K, N] weight (N contiguous): program (n, s) sums rows
+# One row times a [K, N] weight (either layout): program (n, s) sums rows
 # [s * ROWS, (s + 1) * ROWS) of BLOCK_N columns into row s of an fp32 [splits, N]
 # output, reading a [BLOCK_K, BLOCK_N] slab of the weight a step; the sum over the
-# splits and the epilogue follow as a reduction.
+# splits (where more than one) and the epilogue follow.
 tensorcore_gemv_template = TritonTemplate(
     name="tensorcore_gemv",
     grid=tensorcore_gemv_grid,
@@ -483,8 +483,13 @@ def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
         if not _materialized(a):
             # an x computed in front (a norm): once, not again for every column
             a = realize_inputs(a)
-        # static sizes: a weight read across rows takes the gemv template's configs
+        # static sizes: the gemv template, but for a 16-bit [N, K] weight (Inductor's
+        # inner reduction streams it as fast)
         static = all(isinstance(v, int) or v.is_number for v in (k, n))
+        k_contiguous = _k_contiguous(b)
+        configs = []
+        if static and not (k_contiguous and b.get_dtype() != torch.float32):
+            configs = planner.gemv_configs(int(k), k_contiguous, autotune)
         result, sums = _lower_gemv(
             a,
             b,
@@ -492,7 +497,7 @@ def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
             kwargs.get("alpha", 1),
             kwargs.get("beta", 1),
             dtype,
-            planner.gemv_configs(autotune) if static else [],
+            configs,
         )
         _count("tensorcore_mm_gemv")
         if weight16:
@@ -762,12 +767,12 @@ def _as_fp32(x: Any, src: torch.dtype, dtype: torch.dtype) -> Any:
 def _gemv_template_sums(
     a: Any, b: Any, dtype: torch.dtype, configs: list[planner.GemvConfig]
 ) -> Any:
-    """Σ_k a[0, k]·b[k, n] over a [K, N] weight: ``tensorcore_gemv``'s partial sums,
-    then a reduction over them.
+    """Σ_k a[0, k]·b[k, n]: ``tensorcore_gemv``'s partial sums, then a reduction over
+    them; over a K-contiguous weight one split, the sums themselves.
 
-    Inductor would split this outer reduction in two stages too, but its first stage
-    gets one config of a few KB in flight a program, which streams the weight well
-    below the copy rate; the template's configs hold a slab of 8 KB.
+    Inductor would split the outer reduction of a [K, N] weight in two stages too, but
+    its first stage gets one config of a few KB in flight a program, which streams the
+    weight well below the copy rate; the template's configs hold a slab of 8 KB.
     """
     a, b = realize_inputs(a, b)
     k, n = b.get_size()
@@ -780,7 +785,7 @@ def _gemv_template_sums(
             choices,
             input_nodes=(a, b),
             layout=layout,
-            num_stages=1,
+            num_stages=cfg.num_stages,
             num_warps=cfg.num_warps,
             BLOCK_N=cfg.BLOCK_N,
             BLOCK_K=cfg.BLOCK_K,
@@ -793,6 +798,8 @@ def _gemv_template_sums(
     templates = _TEMPLATES.get()
     if templates is not None:  # for compile_with_stock_fallback
         templates.append(f"gemv of (K, N) {(k, n)}")
+    if splits == 1:
+        return partial
     partial_load = partial.make_loader()
 
     def total(index: Any, rindex: Any) -> Any:
@@ -819,12 +826,12 @@ def _lower_gemv(
     dtype: torch.dtype,
     configs: list[planner.GemvConfig],
 ) -> tuple[Any, Any]:
-    """M = 1: out[0, n] = Σ_k a[0, k]·b[k, n] as an Inductor reduction over K.
+    """M = 1: out[0, n] = Σ_k a[0, k]·b[k, n] as a reduction over K.
 
     One kernel reads each (fp32) operand once, rounds it to ``dtype`` in registers
-    and sums the products in fp32 (over a [K, N] weight with ``configs``, the gemv
-    template's partial sums and a reduction over them); the epilogue (bias,
-    rounding) and whatever fuses after it run on the sums. A row of tiles would
+    and sums the products in fp32: with ``configs`` the gemv template (over a [K, N]
+    weight its partial sums and a reduction over them), else an Inductor reduction;
+    the epilogue (bias, rounding) and whatever fuses after it run on the sums. A row of tiles would
     leave most of each MMA idle and stream the weight slower (see the
     ``stream_gemv`` calibration).
     Returns (the output, the realized sums).
@@ -843,7 +850,7 @@ def _lower_gemv(
 
     # F.linear's weight: K contiguous, each output reads one row of it
     hint = ir.ReductionHint.INNER if _k_contiguous(b) else ir.ReductionHint.DEFAULT
-    if hint != ir.ReductionHint.INNER and configs:
+    if configs:
         sums = _gemv_template_sums(a, b, dtype, configs)
     else:
         sums = ir.Reduction.create(

@@ -785,13 +785,15 @@ def predict_gemv(p: Problem, dev: DeviceModel) -> float:
 
 @dataclasses.dataclass(frozen=True)
 class GemvConfig:
-    """A config of the gemv template (one row times a [K, N] weight): programs of
-    BLOCK_N columns and ROWS rows, a [BLOCK_K, BLOCK_N] slab of the weight a step."""
+    """A config of the gemv template (one row times a [K, N] weight, or an [N, K] one
+    read transposed): programs of BLOCK_N columns and ROWS rows, a [BLOCK_K, BLOCK_N]
+    slab of the weight a step."""
 
     BLOCK_N: int
     BLOCK_K: int
     ROWS: int  # a multiple of BLOCK_K
     num_warps: int
+    num_stages: int = 1
 
 
 # 8 KB of fp32 weight in flight a program (Inductor's outer-reduction config holds 2 KB,
@@ -802,11 +804,27 @@ GEMV_NEIGHBOURS = (
     GemvConfig(BLOCK_N=16, BLOCK_K=64, ROWS=64, num_warps=2),
     GemvConfig(BLOCK_N=64, BLOCK_K=32, ROWS=64, num_warps=4),
 )
+# an [N, K] fp32 weight (F.linear's, K contiguous): a program sums two whole rows of
+# it, 512 deep a step. Inductor's inner reduction gives a row a program and a
+# power-of-two block of K, idle past K (1280 of 2048), and streamed such weights up to
+# 1.4x slower
+GEMV_NK_CONFIG = GemvConfig(BLOCK_N=2, BLOCK_K=512, ROWS=512, num_warps=4, num_stages=2)
+GEMV_NK_NEIGHBOURS = (
+    GemvConfig(BLOCK_N=4, BLOCK_K=256, ROWS=512, num_warps=4, num_stages=2),
+    GemvConfig(BLOCK_N=8, BLOCK_K=128, ROWS=512, num_warps=4, num_stages=2),
+)
 
 
-def gemv_configs(autotune: bool = False) -> list[GemvConfig]:
-    """The gemv template's configs (its neighbours too under max-autotune)."""
-    return [GEMV_CONFIG, *(GEMV_NEIGHBOURS if autotune else ())]
+def gemv_configs(
+    k: int, k_contiguous: bool = False, autotune: bool = False
+) -> list[GemvConfig]:
+    """The gemv template's configs (its neighbours too under max-autotune). Over a
+    K-contiguous weight ROWS spans K: one split, no partial sums to add."""
+    if not k_contiguous:
+        return [GEMV_CONFIG, *(GEMV_NEIGHBOURS if autotune else ())]
+    rows = _ceildiv(k, 512) * 512
+    configs = (GEMV_NK_CONFIG, *(GEMV_NK_NEIGHBOURS if autotune else ()))
+    return [dataclasses.replace(c, ROWS=rows) for c in configs]
 
 
 # M up to which a 16-bit weight (``Problem.weight16``) may take the decode kernels
