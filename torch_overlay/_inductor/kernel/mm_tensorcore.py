@@ -483,12 +483,15 @@ def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
         if not _materialized(a):
             # an x computed in front (a norm): once, not again for every column
             a = realize_inputs(a)
-        # static sizes: the gemv template, but for a 16-bit [N, K] weight (Inductor's
-        # inner reduction streams it as fast)
+        # static sizes: the gemv template over a [K, N] weight, and over an [N, K] fp32
+        # one where Inductor's inner reduction would leave lanes idle
         static = all(isinstance(v, int) or v.is_number for v in (k, n))
         k_contiguous = _k_contiguous(b)
         configs = []
-        if static and not (k_contiguous and b.get_dtype() != torch.float32):
+        if static and (
+            not k_contiguous
+            or (b.get_dtype() == torch.float32 and planner.gemv_nk(int(k)))
+        ):
             configs = planner.gemv_configs(int(k), k_contiguous, autotune)
         result, sums = _lower_gemv(
             a,
