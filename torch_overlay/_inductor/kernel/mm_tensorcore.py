@@ -490,7 +490,7 @@ def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
         configs = []
         if static and (
             not k_contiguous
-            or (b.get_dtype() == torch.float32 and planner.gemv_nk(int(k)))
+            or (b.get_dtype() == torch.float32 and planner.gemv_nk(int(k), int(n), dev))
         ):
             configs = planner.gemv_configs(int(k), k_contiguous, autotune)
         result, sums = _lower_gemv(

@@ -814,17 +814,20 @@ GEMV_NK_NEIGHBOURS = (
 
 
 # the share of its lanes Inductor's inner reduction may leave idle on an [N, K] weight
-# before the gemv template takes it (at 37.5% the template ran 1.23x faster on an H200;
-# with power-of-two K, or 17% idle, 0.80x-1.01x)
-GEMV_NK_IDLE = 0.2
+# before the gemv template takes it. On an H200: 37.5% idle (K = 1280, 2560) and N of
+# 2560-50304, 1.02x-1.33x; 22-25% idle (K = 768 of a persistent reduction, 1536,
+# 1600, 3072) 0.63x-1.00x; N = 1280 0.87x
+GEMV_NK_IDLE = 0.3
 
 
-def gemv_nk(k: int) -> bool:
+def gemv_nk(k: int, n: int, dev: DeviceModel) -> bool:
     """Whether one row over an [N, K] fp32 weight takes the gemv template: where
-    Inductor's reduction (a row a program, blocks of K of a power of two up to 2048)
-    would leave more than ``GEMV_NK_IDLE`` of its lanes past K (K = 1280: 768 of 2048)."""
+    Inductor's reduction (a row a program, looping over K in blocks of 2048 past 1024)
+    would leave more than ``GEMV_NK_IDLE`` of its lanes past K (K = 1280: 768 of
+    2048), and N gives every SM 8 of the template's programs of two rows."""
     block = min(1 << max(0, k - 1).bit_length(), 2048)
-    return k < (1 - GEMV_NK_IDLE) * _ceildiv(k, block) * block
+    idle = 1 - k / (_ceildiv(k, block) * block)
+    return k > 1024 and idle > GEMV_NK_IDLE and n >= 16 * dev.sm_count
 
 
 def gemv_configs(
