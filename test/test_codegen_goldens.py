@@ -70,7 +70,8 @@ TestTensorCoreMMDynamicCodegen = goldens(
     test_tensorcore_mm_dynamic, test_tensorcore_mm_dynamic.TestTensorCoreMMDynamicCodegen,
     ["test_dynamic_m_bounded"])
 TestTensorCoreMMGemvCodegen = goldens(
-    test_tensorcore_mm, test_tensorcore_mm_decode.TestTensorCoreMMGemvCodegen, ["test_gemv"])
+    test_tensorcore_mm, test_tensorcore_mm_decode.TestTensorCoreMMGemvCodegen,
+    ["test_gemv", "test_gemv_of_an_lm_head"])
 TestTensorCoreMMFreezing = goldens(
     test_tensorcore_mm, test_tensorcore_mm_decode.TestTensorCoreMMFreezing,
     ["test_frozen_decode", "test_frozen_gemv"])

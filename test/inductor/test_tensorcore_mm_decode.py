@@ -29,6 +29,7 @@ try:
         BF16,
         cast_kernels,
         comparable,
+        DEVICE_SPECS,
         dtype_name,
         FP16,
         gpu_randn,
@@ -49,6 +50,7 @@ except ImportError:
         BF16,
         cast_kernels,
         comparable,
+        DEVICE_SPECS,
         dtype_name,
         FP16,
         gpu_randn,
@@ -83,6 +85,25 @@ class TestGemvPlan(TestCase):
             self.assertEqual(cfg.ROWS, default.ROWS, cfg)
         self.assertEqual(default.ROWS >= 1280, k_contiguous)
 
+    def test_gemv_nk(self):
+        # an [N, K] weight takes the template where Inductor's reduction idles over 30%
+        # of its lanes (K = 1280, 2560) and N is an lm_head's; not power-of-two K, K of
+        # a persistent reduction (768), 22-25% idle (1600, 3072) or narrow weights
+        for gpu in ("h200", "h100"):
+            dev = planner.device_model(DEVICE_SPECS[gpu])
+            for k, n, nk in [
+                (1280, 50257, True),
+                (2560, 10240, True),
+                (2560, 50304, True),
+                (1280, 5120, False),
+                (2560, 2560, False),
+                (768, 30522, False),
+                (1600, 50257, False),
+                (3072, 50257, False),
+                (4096, 128256, False),
+            ]:
+                self.assertEqual(planner.gemv_nk(k, n, dev), nk, (gpu, k, n))
+
     @parametrize(
         "mnk",
         [(1, 4096, 4096), (1, 11008, 4096), (1, 4096, 11008)],
@@ -106,10 +127,24 @@ class TestTensorCoreMMGemvCodegen(TensorCoreMMTestCase):
     """Generated code for the H200's plans (nothing run)."""
 
     def test_gemv(self):
-        # M=1: one kernel, the gemv template over F.linear's [N, K] weight, reads the
-        # fp32 x, w and bias, rounds them to bf16 in registers and sums whole rows in
-        # fp32 (one split: no partial sums); the bias and the rounding follow in it
+        # M=1: one reduction over K reads the fp32 x, w and bias, rounds them to bf16
+        # in registers and sums in fp32; the bias and the rounding follow in the kernel
         code = self.cuda_code(linear(), *gpu_randn((1, 4096), (4096, 4096), (4096,)))
+        self.assertEqual(template_kernels(code), [])
+        self.assertEqual(cast_kernels(code), [])
+        self.assertEqual(self.counts["tensorcore_mm_gemv"], 1)
+        (name,) = re.findall(r"(triton_red_fused_\w+?_\d+)\.run\(", "\n".join(code))
+        src = kernel_source(code, name)
+        self.assertNotRegex("\n".join(code), r"extern_kernels\.\w+\(")
+        FileCheck().check("tl.load").check(".to(tl.bfloat16)").check(
+            ".to(tl.float32)"
+        ).check("tl.sum").check(".to(tl.bfloat16)").check("tl.store").run(src)
+
+    def test_gemv_of_an_lm_head(self):
+        # an [N, K] weight whose K leaves Inductor's reduction lanes idle (1280 of 2048):
+        # the gemv template sums two whole rows a program, one split, bias and rounding
+        # in its epilogue; one kernel
+        code = self.cuda_code(linear(), *gpu_randn((1, 1280), (50257, 1280), (50257,)))
         self.assertEqual(cast_kernels(code), [])
         self.assertEqual(self.counts["tensorcore_mm_gemv"], 1)
         (name,) = template_kernels(code)
@@ -117,9 +152,9 @@ class TestTensorCoreMMGemvCodegen(TensorCoreMMTestCase):
             re.findall(r"triton_(?:per|red|poi)_\w+\.run\(", "\n".join(code)), []
         )
         self.assertNotRegex("\n".join(code), r"extern_kernels\.\w+\(")
-        FileCheck().check("'arg_B': '*fp32'").check("ROWS : tl.constexpr = 4096").check(
-            "stride_bk = 1"
-        ).check("b.to(DOT_DTYPE)").check("tl.sum(acc, 0)").check(
+        FileCheck().check("'arg_B': '*fp32'").check("BLOCK_N : tl.constexpr = 2").check(
+            "ROWS : tl.constexpr = 1536"
+        ).check("stride_bk = 1").check("b.to(DOT_DTYPE)").check("tl.sum(acc, 0)").check(
             ".to(tl.bfloat16)"
         ).check("tl.store").run(kernel_source(code, name))
 
@@ -170,11 +205,8 @@ class TestTensorCoreMMGemvCodegen(TensorCoreMMTestCase):
         inputs = matmul_inputs(op, 1, 999, 1001, device=GPU_TYPE)
         code = self.cuda_code(matmul_op(op, dtype), *inputs)
         self.assertEqual(self.counts["tensorcore_mm_gemv"], 1, dict(self.counts))
-        self.assertEqual(len(template_kernels(code)), 1)
-        self.assertEqual(cast_kernels(code), [])
-        self.assertIn(
-            f"DOT_DTYPE : tl.constexpr = tl.{dtype_name(dtype)}", "\n".join(code)
-        )
+        self.assertEqual(template_kernels(code) + cast_kernels(code), [])
+        self.assertIn(f".to(tl.{dtype_name(dtype)})", "\n".join(code))
 
 
 def row_major_weight(x, w):
@@ -191,17 +223,20 @@ class TestTensorCoreMMGemvGPU(TensorCoreMMTestCase):
     @parametrize("dtype", [BF16, FP16], name_fn=dtype_name)
     @parametrize(
         "mnk",
-        [(1, 4096, 4096), (1, 1001, 999)],
+        [(1, 4096, 4096), (1, 1001, 999), (1, 10241, 1279)],
         name_fn=lambda mnk: "x".join(map(str, mnk)),
     )
     def test_values(self, op, dtype, mnk):
+        # 10241 x 1279: the [N, K] gemv template, its masks on both
         code = self.compile_values(op, dtype, mnk)
         if not IS_H200:
             return
-        # the gemv template; batched rows take the tile template
-        self.assertEqual(len(template_kernels(code)), 1, dict(self.counts))
-        gemv = int(op in ("mm", "addmm"))
-        self.assertEqual(self.counts["tensorcore_mm_gemv"], gemv, dict(self.counts))
+        if op in ("mm", "addmm"):  # a reduction; batched rows take the tile template
+            gemv_nk = planner.gemv_nk(mnk[2], mnk[1], H200)
+            self.assertEqual(len(template_kernels(code)), int(gemv_nk))
+            self.assertEqual(self.counts["tensorcore_mm_gemv"], 1, dict(self.counts))
+        else:
+            self.assertEqual(len(template_kernels(code)), 1, dict(self.counts))
 
     @requires_cuda_sm80
     @parametrize(

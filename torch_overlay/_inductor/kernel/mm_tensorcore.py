@@ -8,7 +8,8 @@ front of the casts to the ``tensorcore_mm`` template, which loads them, rounds t
 autocast dtype in registers, runs ``tl.dot`` with fp32 accumulation and rounds the result
 (after the bias, as cuBLAS does) before any epilogue reads it: eager autocast's numerics.
 One row (M = 1) lowers to a reduction over K instead (``_lower_gemv``); over a [K, N]
-weight its first stage is the ``tensorcore_gemv`` template.
+weight its first stage is the ``tensorcore_gemv`` template, and over an [N, K] one the
+template whole where the plan says so (``gemv_nk``).
 
 The plan (path, operands cast in the kernel, tile configs) comes from
 kernel/mm_tensorcore_plan.py and reaches the template's heuristic

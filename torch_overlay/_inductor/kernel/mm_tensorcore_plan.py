@@ -39,9 +39,11 @@ and both operands cast in the kernel predict alike, bandwidth-bound, and the swa
 tile, faster when timed, is taken.
 
 One row (M = 1, not batched): the template would run its MMAs 1/16 full and, one
-row tile an SM, streams the weight well below the copy rate; ``gemv`` lowers it to an
-Inductor reduction over K that reads every operand once (fp32 where that drops a
-cast), rounds in registers and sums in fp32: ``bytes/(BW·stream_gemv) + L``.
+row tile an SM, streams the weight well below the copy rate; ``gemv`` lowers it to a
+reduction over K that reads every operand once (fp32 where that drops a cast), rounds
+in registers and sums in fp32: ``bytes/(BW·stream_gemv) + L``. Over a [K, N] weight,
+and an [N, K] one whose K would leave Inductor's reduction lanes idle (``gemv_nk``),
+it is the gemv template.
 
 A matmul whose only reader is a gelu-add (``config.gelu_add_fusion``) carries an
 ``Epilogue``: stock pays a pointwise kernel that reads the matmul's output back; the
@@ -814,20 +816,24 @@ GEMV_NK_NEIGHBOURS = (
 
 
 # the share of its lanes Inductor's inner reduction may leave idle on an [N, K] weight
-# before the gemv template takes it. On an H200: 37.5% idle (K = 1280, 2560) and N of
-# 2560-50304, 1.02x-1.33x; 22-25% idle (K = 768 of a persistent reduction, 1536,
-# 1600, 3072) 0.63x-1.00x; N = 1280 0.87x
+# before the gemv template takes it, and the columns an SM it then needs (two a program).
+# 37.5% idle (K = 1280, 2560) and N of 10240-50304: 1.23x-1.33x on an H200, 1.00x-1.05x
+# on an H100; 22-25% idle (K = 768 of a persistent reduction, 1536, 1600, 3072)
+# 0.63x-1.00x on the H200; N = 5120 at K = 1280 0.93x on the H100
 GEMV_NK_IDLE = 0.3
+GEMV_NK_COLUMNS_PER_SM = 48
 
 
 def gemv_nk(k: int, n: int, dev: DeviceModel) -> bool:
     """Whether one row over an [N, K] fp32 weight takes the gemv template: where
     Inductor's reduction (a row a program, looping over K in blocks of 2048 past 1024)
     would leave more than ``GEMV_NK_IDLE`` of its lanes past K (K = 1280: 768 of
-    2048), and N gives every SM 8 of the template's programs of two rows."""
+    2048), over a weight wide enough for many programs an SM (an lm_head)."""
     block = min(1 << max(0, k - 1).bit_length(), 2048)
     idle = 1 - k / (_ceildiv(k, block) * block)
-    return k > 1024 and idle > GEMV_NK_IDLE and n >= 16 * dev.sm_count
+    return (
+        k > 1024 and idle > GEMV_NK_IDLE and n >= GEMV_NK_COLUMNS_PER_SM * dev.sm_count
+    )
 
 
 def gemv_configs(
