@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import unittest
+import unittest.mock
 
 import torch
 from torch._inductor import config as inductor_config
@@ -150,6 +151,40 @@ class TestTensorCoreMMInterpreter(TensorCoreMMTestCase):
         products = x.to(FP16).float().t() * w.to(FP16).float()
         expected = torch.stack([products[s * rows:(s + 1) * rows].sum(0) for s in range(splits)])
         torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+
+    def test_gemv_nk_template_values(self):
+        # one row times an [N, K] weight through the gemv template (one split, the
+        # epilogue fused): K off BLOCK_K and past 1024 with a third of Inductor's lanes
+        # idle, N off BLOCK_N (the width rule patched away: the interpreter runs few
+        # programs); fp32 sums of fp16-rounded products, one rounding
+        k, n = 1279, 37
+        x, w, b = torch.randn(1, k), torch.randn(n, k) / k**0.5, torch.randn(n)
+
+        def linear_fp16(x, w, b):
+            with torch.autocast("cuda", dtype=FP16):
+                return torch.nn.functional.linear(x, w, b)
+
+        with unittest.mock.patch.object(planner, "GEMV_NK_COLUMNS_PER_SM", 0):
+            code = self.cuda_code(linear_fp16, *(t.to(GPU_TYPE) for t in (x, w, b)))
+        (name,) = template_kernels(code)
+        self.assertEqual(re.findall(r"triton_(?:per|red|poi)_\w+\.run\(", "\n".join(code)), [])
+        call = re.search(rf"{name}\.run\((.*?), stream=", "\n".join(code)).group(1)
+        grid = [int(a) for a in call.split(", ")[-3:]]
+        self.assertEqual(grid[1], 1)
+        src = kernel_source(code, name)
+        # the wrapper's arguments: the graph's inputs (b, w, x) in its order, the output
+        args = call.split(", ")[:3]
+        inputs = dict(zip(("arg0_1", "arg1_1", "arg2_1"), (b, w, x)))
+        self.assertEqual(set(args), set(inputs), args)
+        (out,) = run_in_interpreter([dict(
+            name=name, source=src[src.index("@triton.jit"):], grid=grid,
+            args=[*(inputs[a] for a in args), torch.full((1, n), float("nan"), dtype=FP16)],
+            out=3)])
+        r = lambda t: t.to(FP16).float()  # noqa: E731
+        expected = (r(x) @ r(w).t() + r(b)).to(FP16)
+        diff = (out.float() - expected.float()).abs()
+        ulp = expected.float().abs().clamp_min(2**-14) * 2.0**-10
+        self.assertTrue(bool((diff <= ulp).all()), diff.max())
 
 
 def emulate(op, inputs, dtype=FP16, rounded=True, matmul=None):
