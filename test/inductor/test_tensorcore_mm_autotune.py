@@ -185,6 +185,12 @@ class TestAutotuneConfigs(TestCase):
                 )
                 if block_m == 256:
                     self.assertEqual((cfg.BLOCK_N, cfg.num_warps), (128, 8))
+        # with an A100's shared memory three stages of it do not fit: two row tiles
+        small = dataclasses.replace(DEVICE_SPECS["h100"], smem_per_block=166912)
+        plan = planner.plan(
+            linear_problem(256, 11008, 4096), planner.device_model(small)
+        )
+        self.assertEqual(plan.config.BLOCK_M, 128, plan.describe())
 
 
 SWAP = dict(

@@ -448,9 +448,15 @@ def select_configs(
         if swap:
             block_n, block_k = max(64, block_n), min(block_k, 64)
         # past 128 rows, one 256x128 tile streams the weight once where two 128-row tiles
-        # read it twice, if its tiles give most SMs one and fit one wave
-        tall = 0.6 * dev.sm_count <= math.ceil(p.n / 128) <= dev.sm_count
-        if swap and m > 128 and p.batch == 1 and tall:
+        # read it twice, if its tiles give most SMs one, fit one wave and get 3 stages
+        tall = TileConfig(256, 128, 64, 8, num_warps=8, num_stages=3, SWAP_AB=True)
+        if (
+            swap
+            and m > 128
+            and p.batch == 1
+            and 0.6 * dev.sm_count <= math.ceil(p.n / 128) <= dev.sm_count
+            and _fits(tall, a_size, b_size, dev)
+        ):
             block_m, block_n = 256, 128
         # 4 warps up to 128x64 tiles; 2 for a 16-row tile of at most 32 columns (too
         # small for a warp group's wgmma, it runs on mma.sync: fewer threads idle)
