@@ -835,8 +835,8 @@ def _lower_gemv(
     One kernel reads each (fp32) operand once, rounds it to ``dtype`` in registers
     and sums the products in fp32: with ``configs`` the gemv template (over a [K, N]
     weight its partial sums and a reduction over them), else an Inductor reduction;
-    the epilogue (bias, rounding) and whatever fuses after it run on the sums. A row of tiles would
-    leave most of each MMA idle and stream the weight slower (see the
+    the epilogue (bias, rounding) and whatever fuses after it run on the sums. A row
+    of tiles would leave most of each MMA idle and stream the weight slower (see the
     ``stream_gemv`` calibration).
     Returns (the output, the realized sums).
     """

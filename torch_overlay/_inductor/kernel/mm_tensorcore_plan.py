@@ -835,7 +835,7 @@ def gemv_nk(k: int, n: int, dev: DeviceModel) -> bool:
     Inductor's reduction (a row a program, looping over K in blocks of 2048 past 1024)
     would leave more than ``GEMV_NK_IDLE`` of its lanes past K (K = 1280: 768 of
     2048), over a weight wide enough for many programs an SM (an lm_head)."""
-    block = min(1 << max(0, k - 1).bit_length(), 2048)
+    block = _pow2_at_least(k, 1, 2048)
     idle = 1 - k / (_ceildiv(k, block) * block)
     return (
         k > 1024 and idle > GEMV_NK_IDLE and n >= GEMV_NK_COLUMNS_PER_SM * dev.sm_count
@@ -849,9 +849,9 @@ def gemv_configs(
     K-contiguous weight ROWS spans K: one split, no partial sums to add."""
     if not k_contiguous:
         return [GEMV_CONFIG, *(GEMV_NEIGHBOURS if autotune else ())]
-    rows = _ceildiv(k, 512) * 512
     configs = (GEMV_NK_CONFIG, *(GEMV_NK_NEIGHBOURS if autotune else ()))
-    return [dataclasses.replace(c, ROWS=rows) for c in configs]
+    step = max(c.BLOCK_K for c in (GEMV_NK_CONFIG, *GEMV_NK_NEIGHBOURS))
+    return [dataclasses.replace(c, ROWS=_ceildiv(k, step) * step) for c in configs]
 
 
 # M up to which a 16-bit weight (``Problem.weight16``) may take the decode kernels
