@@ -192,6 +192,30 @@ class TestAutotuneConfigs(TestCase):
         )
         self.assertEqual(plan.config.BLOCK_M, 128, plan.describe())
 
+    def test_x_cast_apart_from_64_rows(self):
+        # a row tile of 64 or more rows (up to 256) casts only the weight in the kernel,
+        # with the deeper pipeline that leaves; 32-row tiles cast x in the kernel too
+        for gpu in ("h200", "h100"):
+            dev = planner.device_model(DEVICE_SPECS[gpu])
+            for m, n, k, fused_a in [
+                (64, 4096, 4096, False),
+                (48, 14336, 4096, False),
+                (96, 2560, 2560, False),
+                (32, 4096, 4096, True),
+            ]:
+                plan = planner.plan(linear_problem(m, n, k), dev)
+                self.assertEqual(plan.path, "template", (gpu, m, n, k))
+                self.assertEqual(
+                    (plan.fused_a, plan.fused_b), (fused_a, True), plan.describe()
+                )
+                if not fused_a:
+                    # as deep as select_configs gives it: 4-6 stages, never 2
+                    deepest = planner.select_configs(
+                        linear_problem(m, n, k), dev, False, True
+                    )[0]
+                    self.assertEqual(plan.config, deepest)
+                    self.assertGreaterEqual(plan.config.num_stages, 4, plan.describe())
+
 
 SWAP = dict(
     BLOCK_M=16,

@@ -945,7 +945,15 @@ def plan(
         )
     # one swapped row tile, where the model cannot tell it from both operands cast
     swapped = [q for q in preds[1:] if q.config.SWAP_AB and p.m <= q.config.BLOCK_M]
-    best = min(swapped or preds[1:], key=lambda q: q.seconds)
+    # up to 256 rows, a row tile of 64 or more casting x in the kernel takes a stage as
+    # large as the weight's, which every column tile re-reads: x cast apart, the weight
+    # streams through a deeper pipeline, which the model does not see
+    apart = [
+        q
+        for q in preds[1:]
+        if q.fused_b and not q.fused_a and p.m <= 256 and q.config.BLOCK_M >= 64
+    ]
+    best = min(swapped or apart or preds[1:], key=lambda q: q.seconds)
     fused_bias = p.bias is not None and p.bias.castable
     if gemv is not None and decode16(p, dev) and force.path != "template":
         # one row of a frozen weight: the gemv where it streams no slower than cuBLAS (one
