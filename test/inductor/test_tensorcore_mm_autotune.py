@@ -193,15 +193,19 @@ class TestAutotuneConfigs(TestCase):
         self.assertEqual(plan.config.BLOCK_M, 128, plan.describe())
 
     def test_x_cast_apart_from_64_rows(self):
-        # a row tile of 64 or more rows (up to 256) casts only the weight in the kernel,
-        # with the deeper pipeline that leaves; 32-row tiles cast x in the kernel too
+        # a row tile of 64 or more rows casts only a weight of 2048 or more columns or
+        # rows in the kernel, with the deeper pipeline that leaves; 32-row tiles, small
+        # weights and weights narrower than x is tall cast x in the kernel too
         for gpu in ("h200", "h100"):
             dev = planner.device_model(DEVICE_SPECS[gpu])
             for m, n, k, fused_a in [
                 (64, 4096, 4096, False),
                 (48, 14336, 4096, False),
                 (96, 2560, 2560, False),
+                (96, 1024, 4096, False),
                 (32, 4096, 4096, True),
+                (96, 1024, 1024, True),
+                (200, 96, 4095, True),
             ]:
                 plan = planner.plan(linear_problem(m, n, k), dev)
                 self.assertEqual(plan.path, "template", (gpu, m, n, k))

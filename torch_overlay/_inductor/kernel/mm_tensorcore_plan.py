@@ -945,13 +945,18 @@ def plan(
         )
     # one swapped row tile, where the model cannot tell it from both operands cast
     swapped = [q for q in preds[1:] if q.config.SWAP_AB and p.m <= q.config.BLOCK_M]
-    # up to 256 rows, a row tile of 64 or more casting x in the kernel takes a stage as
-    # large as the weight's, which every column tile re-reads: x cast apart, the weight
-    # streams through a deeper pipeline, which the model does not see
+    # a row tile of 64 or more casting x in the kernel takes a stage as large as the
+    # weight's, which every column tile re-reads: with x cast apart a weight of 2048 or
+    # more columns or rows streams through a deeper pipeline, which the model does not
+    # see (a smaller weight, or one narrower than x is tall, keeps x in the kernel)
     apart = [
         q
         for q in preds[1:]
-        if q.fused_b and not q.fused_a and p.m <= 256 and q.config.BLOCK_M >= 64
+        if q.fused_b
+        and not q.fused_a
+        and q.config.BLOCK_M >= 64
+        and p.m <= min(256, p.n)
+        and max(p.n, p.k) >= 2048
     ]
     best = min(swapped or apart or preds[1:], key=lambda q: q.seconds)
     fused_bias = p.bias is not None and p.bias.castable
