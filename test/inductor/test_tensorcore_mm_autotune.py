@@ -282,6 +282,18 @@ class TestTensorCoreMMAutotune(TensorCoreMMTestCase):
             "BLOCK_N : tl.constexpr = 128"
         ).check("SWAP_AB : tl.constexpr = True").run(src)
 
+    @plans_as_h200
+    @parametrize("m, casts, stages", [(64, 1, 6), (32, 0, 6)])
+    def test_x_cast_apart_code(self, m, casts, stages):
+        # from 64 rows x is cast by a kernel of its own and the weight's tile gets the
+        # deeper pipeline; a 32-row tile casts both in the kernel at the same depth
+        code = self.cuda_code(linear(), *gpu_randn((m, 4096), (4096, 4096), (4096,)))
+        self.assertTemplate(code, casts=casts)
+        src = kernel_source(code, template_kernels(code)[0])
+        FileCheck().check(f"num_stages={stages}").check(
+            f"BLOCK_M : tl.constexpr = {m}"
+        ).check("BLOCK_N : tl.constexpr = 32").run(src)
+
     @requires_cuda_sm80
     @parametrize("split_k", [1, 2])
     def test_swap_ab_values(self, split_k):
