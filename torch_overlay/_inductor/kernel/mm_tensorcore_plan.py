@@ -945,10 +945,11 @@ def plan(
         )
     # one swapped row tile, where the model cannot tell it from both operands cast
     swapped = [q for q in preds[1:] if q.config.SWAP_AB and p.m <= q.config.BLOCK_M]
-    # a row tile of 64 or more casting x in the kernel takes a stage as large as the
-    # weight's, which every column tile re-reads: with x cast apart a weight of 2048 or
-    # more columns or rows streams through a deeper pipeline, which the model does not
-    # see (a smaller weight, or one narrower than x is tall, keeps x in the kernel)
+    # a row tile of 64 or more rows that casts x in the kernel loads x's fp32 tile, as
+    # large as the weight's and re-read by every column tile, at each stage: cast apart,
+    # a weight of 2048 or more columns or rows streams through a deeper pipeline, which
+    # the model does not see (a smaller weight, or one narrower than x is tall, keeps x
+    # in the kernel)
     apart = [
         q
         for q in preds[1:]
