@@ -445,6 +445,15 @@ def select_configs(
             and a_size == HALF
             and (m > 128 or (one_row_tile and (block_m, block_n) == (128, 128)))
         )
+        # one 128-row tile over a long K and a weight narrower than 64-column tiles can
+        # fill the SMs with: narrower tiles re-read x's tile from the L2 (twice the
+        # weight's bytes at 32 columns), so swapped 64-column tiles, K split to fill them
+        swap_split = (
+            _swap_split(p, dev)
+            if b_size == FP32 and a_size == HALF and one_row_tile and block_m == 128
+            else 1
+        )
+        swap = swap or swap_split > 1
         if swap:
             block_n, block_k = max(64, block_n), min(block_k, 64)
         # past 128 rows, one 256x128 tile streams the weight once where two 128-row tiles
@@ -465,7 +474,7 @@ def select_configs(
             warps = 2
         if swap:  # the deepest pipeline that fits at 64 columns; a fourth stage of
             # 128 columns was slower than three
-            split, stages = 1, 6 if block_n == 64 else 3
+            split, stages = swap_split, 6 if block_n == 64 else 3
         else:
             split = _split_k(p, dev, block_m, block_n, block_k)
             # thin tiles streaming an fp32 weight, several tiles an SM: 3 stages let
@@ -638,6 +647,37 @@ def _split_k(
     while split > 1 and cfg.workspace_bytes(p.m, p.n) > MAX_SPLIT_PARTIALS:
         split //= 2
         cfg = dataclasses.replace(cfg, SPLIT_K=split)
+    return split
+
+
+# K from which swapped 64-column tiles with K split pay for the partials and the
+# workspace's zeroing (at K = 4096 the unsplit 32-column tiles ran faster)
+SWAP_SPLIT_K_MIN = 5120
+SWAP_SPLIT_MAX = 4  # 6 or 8 ways ran slower than stock
+SWAP_SPLIT_FILL = 0.55
+
+
+def _swap_split(p: Problem, dev: DeviceModel) -> int:
+    """The split of K for one row tile of swapped 128x64 tiles (``select_configs``): of
+    2 to ``SWAP_SPLIT_MAX`` ways, the one whose waves of programs leave the fewest SMs
+    idle, if that fills more than the tiles alone and at least ``SWAP_SPLIT_FILL``;
+    else 1."""
+    tiles = math.ceil(p.n / 64)
+    if p.batch != 1 or p.k < SWAP_SPLIT_K_MIN or tiles > dev.sm_count:
+        return 1
+
+    def fill(split: int) -> float:
+        programs = tiles * split
+        return programs / (math.ceil(programs / dev.sm_count) * dev.sm_count)
+
+    split = max(range(2, SWAP_SPLIT_MAX + 1), key=lambda s: (fill(s), -s))
+    cfg = TileConfig(128, 64, 64, 8, 4, 2, SWAP_AB=True, SPLIT_K=split)
+    if (
+        fill(split) <= fill(1)
+        or fill(split) < SWAP_SPLIT_FILL
+        or cfg.workspace_bytes(p.m, p.n) > MAX_SPLIT_PARTIALS
+    ):
+        return 1
     return split
 
 
