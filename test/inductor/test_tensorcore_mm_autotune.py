@@ -220,6 +220,43 @@ class TestAutotuneConfigs(TestCase):
                     self.assertEqual(plan.config, deepest)
                     self.assertGreaterEqual(plan.config.num_stages, 4, plan.describe())
 
+    def test_swapped_split_tiles_over_a_long_k(self):
+        # one 128-row tile over K >= 5120 and a weight too narrow for 64-column tiles to
+        # fill the SMs: swapped 128x64 tiles, K split 2-4 ways by the fill of the waves;
+        # a short K, 64-row tiles, wide weights and weights too narrow even so keep theirs
+        T = planner.TileConfig
+        swapped = [
+            ((96, 1536, 6144), 4),
+            ((128, 2048, 8192), 4),
+            ((128, 1280, 5120), 4),
+            ((128, 4096, 14336), 2),
+            ((128, 5120, 13824), 3),
+        ]
+        kept = [
+            ((128, 4096, 4096), T(128, 32, 128, 8, 4, 4)),
+            ((128, 1024, 8192), None),
+            ((64, 4096, 14336), T(64, 32, 128, 8, 4, 6)),
+            ((128, 11008, 4096), T(128, 128, 64, 8, 8, 3, SWAP_AB=True)),
+        ]
+        for gpu in ("h200", "h100"):
+            dev = planner.device_model(DEVICE_SPECS[gpu])
+            for (m, n, k), split in swapped:
+                p = linear_problem(m, n, k)
+                want = T(128, 64, 64, 8, 4, 6, SWAP_AB=True, SPLIT_K=split)
+                self.assertEqual(
+                    planner.select_configs(p, dev, False, True)[0], want, (gpu, m, n, k)
+                )
+                plan = planner.plan(p, dev)
+                if plan.config is not None:  # timed or taken: this config
+                    self.assertEqual(plan.config, want, plan.describe())
+            for (m, n, k), config in kept:
+                got = planner.select_configs(linear_problem(m, n, k), dev, False, True)[
+                    0
+                ]
+                self.assertFalse(got.SWAP_AB and got.SPLIT_K > 1, (gpu, m, n, k, got))
+                if config is not None:
+                    self.assertEqual(got, config, (gpu, m, n, k))
+
 
 SWAP = dict(
     BLOCK_M=16,
@@ -293,6 +330,33 @@ class TestTensorCoreMMAutotune(TensorCoreMMTestCase):
         FileCheck().check(f"num_stages={stages}").check(
             f"BLOCK_M : tl.constexpr = {m}"
         ).check("BLOCK_N : tl.constexpr = 32").run(src)
+
+    @plans_as_h200
+    def test_swapped_split_code(self):
+        # 96 x 1536 x 6144: x cast by a kernel of its own, swapped 64-column tiles, K
+        # split four ways
+        code = self.cuda_code(linear(), *gpu_randn((96, 6144), (1536, 6144), (1536,)))
+        self.assertTemplate(code, casts=1)
+        src = kernel_source(code, template_kernels(code)[0])
+        FileCheck().check("BLOCK_M : tl.constexpr = 128").check(
+            "BLOCK_N : tl.constexpr = 64"
+        ).check("SWAP_AB : tl.constexpr = True").check(
+            "SPLIT_K : tl.constexpr = 4"
+        ).run(src)
+
+    @plans_as_h200
+    @parametrize("n, split_k", [(1500, 4), (5000, 3)])
+    def test_swapped_split_values(self, n, split_k):
+        # odd N and K past the last whole step, three and four splits
+        x, w, b = gpu_randn((97, 5121), (n, 5121), (n,))
+        out, code = self.compile_and_run(linear(), x, w, b)
+        src = kernel_source(code, template_kernels(code)[0])
+        FileCheck().check("SWAP_AB : tl.constexpr = True").check(
+            f"SPLIT_K : tl.constexpr = {split_k}"
+        ).run(src)
+        self.assertLikeEager(
+            out, linear(), (x, w, b), lambda x, w, b: x @ w.t() + b, BF16
+        )
 
     @requires_cuda_sm80
     @parametrize("split_k", [1, 2])
