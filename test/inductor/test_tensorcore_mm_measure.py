@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from unittest import mock
 
+import torch
 from torch._inductor import config as inductor_config
 from torch._inductor.kernel import mm_tensorcore, mm_tensorcore_plan as planner
 from torch._inductor.test_case import run_tests, TestCase
@@ -30,6 +31,7 @@ try:
         H200,
         linear,
         linear_problem,
+        plans_as_h200,
         requires_cuda_sm80,
         TensorCoreMMTestCase,
     )
@@ -42,6 +44,7 @@ except ImportError:
         H200,
         linear,
         linear_problem,
+        plans_as_h200,
         requires_cuda_sm80,
         TensorCoreMMTestCase,
     )
@@ -147,6 +150,45 @@ class TestTensorCoreMMMeasured(TensorCoreMMTestCase):
                 ([4096, 4096], [1, 4096]),
             ],
         )
+
+    @plans_as_h200
+    def test_measured_gemm_is_kernel_time(self):
+        # the 16-bit GEMM is timed as a model runs it: timed call by call during a
+        # compile, the host's launch time counted several times its kernel's
+        timed = []
+        measure = mm_tensorcore._measure
+
+        def spy(*args):
+            timed.append((args[3], measure(*args)))
+            return timed[-1][1]
+
+        inputs = gpu_randn((96, 6144), (1536, 6144), (1536,))
+        with mock.patch.object(mm_tensorcore, "_measure", spy):
+            self.compile_and_run(linear(), *inputs)
+        ((layouts, (template, gemm)),) = timed
+        self.assertGreater(template, 0)
+        stock = mm_tensorcore._stock_fn("addmm", BF16, 1, 1)
+        copies = [
+            [
+                torch.randn(mm_tensorcore._extent(size, stride), device="cuda")
+                .to(BF16)
+                .as_strided(size, stride)
+                for size, stride in layouts
+            ]
+            for _ in range(8)
+        ]
+        for args in copies:
+            stock(*args)
+        torch.cuda.synchronize()
+        activities = [torch.profiler.ProfilerActivity.CUDA]
+        with torch.profiler.profile(activities=activities) as prof:
+            for args in copies:
+                stock(*args)
+            torch.cuda.synchronize()
+        kernels = sum(e.self_device_time_total for e in prof.key_averages())
+        kernel = kernels / len(copies) / 1e6
+        self.assertLess(gemm, 2 * kernel, (gemm, kernel))
+        self.assertGreater(gemm, kernel / 2, (gemm, kernel))
 
 
 instantiate_parametrized_tests(TestMeasuredPlan)
