@@ -13,6 +13,7 @@ import dataclasses
 from unittest import mock
 
 import torch
+from torch._dynamo.testing import rand_strided
 from torch._inductor import config as inductor_config
 from torch._inductor.kernel import mm_tensorcore, mm_tensorcore_plan as planner
 from torch._inductor.test_case import run_tests, TestCase
@@ -169,12 +170,7 @@ class TestTensorCoreMMMeasured(TensorCoreMMTestCase):
         self.assertGreater(template, 0)
         stock = mm_tensorcore._stock_fn("addmm", BF16, 1, 1)
         copies = [
-            [
-                torch.randn(mm_tensorcore._extent(size, stride), device="cuda")
-                .to(BF16)
-                .as_strided(size, stride)
-                for size, stride in layouts
-            ]
+            [rand_strided(size, stride, BF16, "cuda") for size, stride in layouts]
             for _ in range(8)
         ]
         for args in copies:

@@ -743,13 +743,16 @@ def _measure(
 ) -> tuple[float, float]:
     """Kernel seconds of the template and of the 16-bit aten op, each on enough copies
     of its inputs to pass the L2 twice, so every call reads them from memory."""
+    from torch._dynamo.testing import rand_strided
     from torch._inductor.select_algorithm import AlgorithmSelectorCache
+    from torch._prims_common import compute_required_storage_length
 
     nodes = kernel_inputs.nodes()
     device = nodes[0].get_device()
     example = AlgorithmSelectorCache.benchmark_example_value
     l2 = torch.cuda.get_device_properties(device).L2_cache_size
-    size = sum(_extent(*sl) for sl in layouts) * 4  # fp32 at most
+    # fp32 at most
+    size = sum(compute_required_storage_length(*sl, 0) for sl in layouts) * 4
     copies = max(1, min(MEASURE_COPIES, -(-2 * l2 // size)))
     template = _graph_seconds(
         lambda: [
@@ -757,10 +760,6 @@ def _measure(
             for _ in range(copies)
         ]
     )
-
-    def tensor16(size: list[int], stride: list[int]) -> torch.Tensor:
-        t = torch.randn(_extent(size, stride), dtype=dtype, device=device)
-        return t.as_strided(size, stride)
 
     stock = _stock_fn(
         op,
@@ -770,7 +769,9 @@ def _measure(
     )
     gemm = _graph_seconds(
         lambda: [
-            functools.partial(stock, *[tensor16(*sl) for sl in layouts])
+            functools.partial(
+                stock, *[rand_strided(*sl, dtype, device) for sl in layouts]
+            )
             for _ in range(copies)
         ]
     )
@@ -779,10 +780,6 @@ def _measure(
 
 # input copies a timing rotates through at most
 MEASURE_COPIES = 16
-
-
-def _extent(size: list[int], stride: list[int]) -> int:
-    return 1 + sum((s - 1) * st for s, st in zip(size, stride))
 
 
 def _graph_seconds(make_calls: Callable[[], list[Callable[[], Any]]]) -> float:
