@@ -862,10 +862,9 @@ GEMV_NK_NEIGHBOURS = (
 
 
 # the share of its lanes Inductor's inner reduction may leave idle on an [N, K] weight
-# before the gemv template takes it, and the columns an SM it then needs (two a program).
-# 37.5% idle (K = 1280, 2560) and N of 10240-50304: 1.23x-1.33x on an H200, 1.00x-1.05x
-# on an H100; 22-25% idle (K = 768 of a persistent reduction, 1536, 1600, 3072)
-# 0.63x-1.00x on the H200; N = 5120 at K = 1280 0.93x on the H100
+# before the gemv template takes it, and the columns an SM it then needs (two a program):
+# with 37.5% idle (K = 1280, 2560) an lm_head ran faster through the template; with
+# 22-25% idle (K = 768, 1536, 1600, 3072), or a narrower weight, the reduction kept up
 GEMV_NK_IDLE = 0.3
 GEMV_NK_COLUMNS_PER_SM = 48
 
