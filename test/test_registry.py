@@ -296,11 +296,12 @@ class TestOverlays(TestCase):
     def test_disabling_a_requirement_disables_its_dependants(self):
         try:
             torch_overlay.disable("matmul_meta")
-            self.assertEqual(REGISTRY.enabled(), ["prologue_downcast", "gelu_add"])
+            self.assertEqual(REGISTRY.enabled(),
+                             ["prologue_downcast", "downcast_mm", "gelu_add"])
         finally:
             torch_overlay.enable()
-        self.assertEqual(REGISTRY.enabled(),
-                         ["prologue_downcast", "matmul_meta", "tensorcore_mm", "gelu_add"])
+        self.assertEqual(REGISTRY.enabled(), ["prologue_downcast", "downcast_mm",
+                                              "matmul_meta", "tensorcore_mm", "gelu_add"])
 
     def test_a_drifted_overlay_is_refused_and_the_rest_stays(self):
         drift = ("--- a/torch/_inductor/kernel/mm.py\n+++ b/torch/_inductor/kernel/mm.py\n"

@@ -35,6 +35,16 @@ OVERLAYS: tuple[Overlay, ...] = tuple(REGISTRY.register(o) for o in (
         flag="prologue_fusion_downcast",
     ),
     Overlay(
+        name="downcast_mm",
+        purpose="in default mode, the mm template for a decode-sized matmul whose weight is "
+                "an fp32 -> 16-bit cast, chosen through V.choices; the cast fuses as its "
+                "prologue",
+        flag="downcast_mm_template",
+        modules=("kernel.mm_downcast_plan", "heuristics.template.downcast_mm",
+                 "kernel.mm_downcast"),
+        requires=("prologue_downcast",),
+    ),
+    Overlay(
         name="matmul_meta",
         purpose="autocast compute dtype of every mm/addmm/bmm/baddbmm as IR metadata "
                 "(MatmulMeta), with a wrapper comment per matmul",

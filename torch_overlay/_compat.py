@@ -51,6 +51,7 @@ def alias_moved_packages() -> None:
     modules = {
         "template": old,
         "template.base": importlib.import_module("torch._inductor.template_heuristics.base"),
+        "template.triton": importlib.import_module("torch._inductor.template_heuristics.triton"),
         "template.registry": registry,  # one registry: never a second copy of the file
         "registry": registry,
     }
@@ -62,6 +63,36 @@ def alias_moved_packages() -> None:
     for name, module in modules.items():
         sys.modules.setdefault(f"torch._inductor.heuristics.{name}", module)
     package.template, package.registry = old, registry
+
+
+def provide_choices_registration() -> None:
+    """Before ``register_inductor_choices`` (torch 2.15), ``V.choices`` was one
+    ``InductorChoices`` a thread made from ``config.inductor_choices_class``; a new module
+    registers its contributor through the later API. Here each registration makes a class
+    of the contributors over what the thread would have made, for this thread and the
+    others."""
+    from torch._inductor import choices, virtualized
+
+    if hasattr(choices, "register_inductor_choices"):
+        return
+    registered: dict[str, type] = {}
+
+    def composed() -> Any:
+        from torch._inductor import config
+
+        factory = config.inductor_choices_class or choices.InductorChoices
+        base = factory if isinstance(factory, type) else type(factory())
+        bases = tuple(c for c in registered.values() if not issubclass(base, c))
+        handler = type("RegisteredInductorChoices", (*bases, base), {})()
+        setattr(virtualized.threadlocal, virtualized._choices._key, handler)
+        return handler
+
+    def register_inductor_choices(key: str, factory: type) -> None:
+        registered[key] = factory
+        virtualized._choices._default = composed
+        composed()
+
+    choices.register_inductor_choices = register_inductor_choices
 
 
 def adapt(module: Any) -> None:

@@ -332,6 +332,7 @@ class Registry:
 
         overlay = self.get(name)
         _compat.alias_moved_packages()
+        _compat.provide_choices_registration()
         for module in overlay.modules:
             importlib.import_module(f"torch._inductor.{module}")
         for path in overlay.edit_files:

@@ -1,0 +1,161 @@
+# Owner(s): ["module: inductor"]
+"""The mm template for a decode-sized matmul of a downcast weight, in default mode
+(``config.downcast_mm_template``).
+
+``DowncastMMChoices`` (kernel/mm_downcast.py) offers the Triton mm template alone where
+the weight is an fp32 -> 16-bit cast used by the matmul alone and one row tile spans M;
+prologue fusion (``config.prologue_fusion_downcast``) then loads the fp32 weight in the
+template. The plan (kernel/mm_downcast_plan.py) is checked as plain Python, the code
+with ``get_code`` (nothing runs), the values on a GPU.
+"""
+
+import dataclasses
+
+import torch
+import torch.nn.functional as F
+from torch._dynamo.utils import counters
+from torch._inductor import config
+from torch._inductor.kernel import mm_downcast_plan as downcast_plan
+from torch._inductor.test_case import run_tests, TestCase
+from torch._inductor.utils import get_code, is_big_gpu, run_and_get_code
+from torch.testing import FileCheck
+from torch.testing._internal.common_utils import (
+    instantiate_parametrized_tests,
+    parametrize,
+    skipIfRocm,
+)
+from torch.testing._internal.inductor_utils import GPU_TYPE, HAS_GPU
+from torch.testing._internal.triton_utils import requires_gpu
+
+
+def linear(x, w, b=None):
+    with torch.autocast(GPU_TYPE, torch.bfloat16):
+        return F.linear(x, w, b)
+
+
+# shared memory a program may use on GPUs upstream CI runs (A10G/L4, A100, H100)
+SMALL, A100, H100 = 101376, 166912, 232448
+
+
+class TestDowncastMMPlan(TestCase):
+    def plan(self, m, n=4096, k=4096, smem=H100, sms=132, **kwargs):
+        p = downcast_plan.DowncastMM(m_max=m, n=n, k=k, weight_downcast=True)
+        p = dataclasses.replace(p, **kwargs)
+        return downcast_plan.plan(p, downcast_plan.Device(sms, smem))
+
+    def test_declines(self):
+        D = downcast_plan.Decline
+        self.assertIs(self.plan(16, weight_downcast=False).decline, D.NOT_A_DOWNCAST)
+        self.assertIs(self.plan(65).decline, D.TOO_MANY_ROWS)
+        self.assertIs(self.plan(16, n=512, k=512).decline, D.SMALL_WEIGHT)
+        self.assertIs(self.plan(16, smem=16 * 1024).decline, D.NO_FIT)
+        self.assertEqual(self.plan(16, smem=16 * 1024).configs, ())
+
+    def test_one_config_that_fits(self):
+        for smem in (SMALL, A100, H100):
+            for m in (1, 16, 17, 64):
+                (cfg,) = self.plan(m, smem=smem).configs
+                self.assertLessEqual(cfg.smem_bytes(2), smem)
+                self.assertGreaterEqual(cfg.BLOCK_M, min(m, 16))
+                self.assertGreaterEqual(cfg.num_stages, 2)
+
+    def test_rows_and_columns(self):
+        # a row tile spans M; column tiles narrow until they fill the SMs
+        self.assertEqual(self.plan(16).configs[0].BLOCK_M, 16)
+        self.assertEqual(self.plan(64).configs[0].BLOCK_M, 64)
+        self.assertEqual(self.plan(64, n=4096).configs[0].BLOCK_N, 32)
+        self.assertEqual(self.plan(64, n=14336).configs[0].BLOCK_N, 64)
+
+    def test_neighbours(self):
+        p = downcast_plan.DowncastMM(m_max=16, n=4096, k=4096, weight_downcast=True)
+        configs = downcast_plan.plan(
+            p, downcast_plan.Device(132, H100), neighbours=True
+        ).configs
+        self.assertGreater(len(configs), 1)
+        self.assertEqual(len(set(configs)), len(configs))
+
+
+@instantiate_parametrized_tests
+class TestDowncastMM(TestCase):
+    def setUp(self):
+        super().setUp()
+        if not is_big_gpu():
+            self.skipTest("the mm template needs a big GPU")
+        patch = config.patch(
+            {
+                "downcast_mm_template": True,
+                "prologue_fusion_downcast": True,
+                "prologue_fusion": True,
+                # shape padding benchmarks odd sizes on the device
+                "shape_padding": False,
+            }
+        )
+        patch.__enter__()
+        self.addCleanup(patch.__exit__, None, None, None)
+        counters.clear()
+
+    def inputs(self, m, n=4096, k=4096, bias=True):
+        x = torch.randn(m, k, device=GPU_TYPE)
+        w = torch.randn(n, k, device=GPU_TYPE) / k**0.5
+        return (x, w, torch.randn(n, device=GPU_TYPE)) if bias else (x, w)
+
+    def check_template(self, code):
+        # the template loads the fp32 weight and casts it in the k loop; no GEMM call
+        FileCheck().check("def triton_tem").check("for k_idx").check(
+            ".to(tl.bfloat16)"
+        ).check("tl.dot").run(code)
+        FileCheck().check_not("extern_kernels.addmm").check_not(
+            "extern_kernels.mm"
+        ).run(code)
+
+    @skipIfRocm
+    @parametrize("m", (1, 16, 37, 64))
+    @parametrize("bias", (True, False))
+    def test_decode_takes_the_template(self, m, bias):
+        code = get_code(torch.compile(linear), *self.inputs(m, bias=bias))[0]
+        self.check_template(code)
+        # one choice: nothing benchmarked in default mode
+        self.assertEqual(counters["inductor"]["select_algorithm_autotune"], 0)
+
+    @parametrize("m", (65, 256))
+    def test_rows_past_one_tile_stay_stock(self, m):
+        code = get_code(torch.compile(linear), *self.inputs(m))[0]
+        self.assertNotIn("def triton_tem", code)
+
+    def test_small_weight_stays_stock(self):
+        code = get_code(torch.compile(linear), *self.inputs(16, n=256, k=256))[0]
+        self.assertNotIn("def triton_tem", code)
+
+    def test_shared_cast_stays_stock(self):
+        # the 16-bit copy is read by another op too: its cast kernel runs anyway
+        def fn(x, w):
+            w16 = w.to(torch.bfloat16)
+            return (x.to(torch.bfloat16) @ w16.t()) * w16.amax()
+
+        code = get_code(torch.compile(fn), *self.inputs(16, bias=False))[0]
+        self.assertNotIn("def triton_tem", code)
+
+    @config.patch(downcast_mm_template=False)
+    def test_flag_off(self):
+        code = get_code(torch.compile(linear), *self.inputs(16))[0]
+        self.assertNotIn("def triton_tem", code)
+
+    @skipIfRocm
+    @requires_gpu
+    @parametrize("m", (1, 16, 37, 64))
+    def test_values(self, m):
+        x, w, b = self.inputs(m, n=2048, k=1536)
+        out, (code,) = run_and_get_code(torch.compile(linear), x, w, b)
+        self.check_template(code)
+        expected = linear(x, w, b)
+        ref = F.linear(x.double(), w.double(), b.double())
+        self.assertEqual(out, expected, atol=0.05, rtol=0.05)
+        # no further from fp64 than eager autocast, beyond a rounding step of the output
+        self.assertLessEqual(
+            (out.double() - ref).norm(), 1.01 * (expected.double() - ref).norm()
+        )
+
+
+if __name__ == "__main__":
+    if HAS_GPU:
+        run_tests()

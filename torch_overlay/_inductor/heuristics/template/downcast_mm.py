@@ -1,0 +1,194 @@
+"""Configs of the mm template for a matmul whose weight is an fp32 -> 16-bit cast.
+
+Registered for the op names ``mm-downcast`` and ``addmm-downcast``, which
+kernel/mm_downcast.py's ``DowncastMMChoices`` asks for; they run in default mode too and
+yield kernel/mm_downcast_plan.py's configs, none where the plan declines.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TYPE_CHECKING
+
+import sympy
+
+import torch
+from torch._inductor import config, ir
+from torch._inductor.heuristics.registry import register_template_heuristic
+from torch._inductor.heuristics.template.triton import (
+    CUDAAddMMTemplateConfigHeuristic,
+    CUDAMMTemplateConfigHeuristic,
+)
+from torch._inductor.kernel.mm import mm_template
+from torch._inductor.kernel.mm_downcast_plan import Device, DowncastMM, plan
+from torch._inductor.kernel_inputs import MMKernelInputs
+from torch._inductor.runtime.triton_compat import Config
+from torch._inductor.virtualized import V
+
+
+if TYPE_CHECKING:
+    from collections.abc import Generator
+
+    from torch._inductor.kernel_inputs import KernelInputs
+
+
+aten = torch.ops.aten
+prims = torch.ops.prims
+
+# the op names this file's heuristics serve: the mm template's configs for a downcast weight
+DOWNCAST_OPS = {"mm": "mm-downcast", "addmm": "addmm-downcast"}
+_VIEWS = (
+    aten.permute.default,
+    aten.t.default,
+    aten.view.default,
+    aten.reshape.default,
+    aten.expand.default,
+)
+
+
+def _single_use_downcast(arg: Any) -> bool:
+    """The FX value ``arg`` is ``views(convert_element_type(x))``, each used once."""
+    while isinstance(arg, torch.fx.Node) and arg.target in _VIEWS:
+        if len(arg.users) != 1:
+            return False
+        arg = arg.args[0]
+    return (
+        isinstance(arg, torch.fx.Node)
+        and arg.target is prims.convert_element_type.default
+        and len(arg.users) == 1
+    )
+
+
+def _reads_fp32_downcast(node: Any) -> bool:
+    """The IR ``node`` is (a view of) a pointwise 16-bit cast of one fp32 buffer."""
+    while not isinstance(node, ir.Buffer) and hasattr(node, "data"):
+        node = node.data
+    if not isinstance(node, ir.ComputedBuffer) or not isinstance(
+        node.data, ir.Pointwise
+    ):
+        return False
+    reads = node.get_read_names()
+    return (
+        node.get_dtype() in (torch.float16, torch.bfloat16)
+        and len(reads) == 1
+        and V.graph.get_dtype(next(iter(reads))) == torch.float32
+    )
+
+
+def _weight_downcast(kernel_inputs: MMKernelInputs, op_name: str) -> bool:
+    """The lowered matmul's weight (mat2) is an fp32 tensor cast to 16 bits for it alone."""
+    node = V.graph.current_node
+    index = {"mm": 1, "addmm": 2}[op_name]
+    if node is None or len(node.args) <= index:
+        return False
+    return _single_use_downcast(node.args[index]) and _reads_fp32_downcast(
+        kernel_inputs.mat1mat2()[1]
+    )
+
+
+def _m_max(m: sympy.Expr) -> int | None:
+    """M, or the largest value a symbolic M may take; None where nothing bounds it."""
+    if isinstance(m, (int, sympy.Integer)):
+        return int(m)
+    upper = V.graph.sizevars.shape_env.bound_sympy(m).upper
+    return int(upper) if upper.is_finite else None
+
+
+def downcast_problem(kernel_inputs: MMKernelInputs, op_name: str) -> DowncastMM | None:
+    """The plan's view of the matmul; None where N or K is symbolic or M unbounded."""
+    m, n, k = kernel_inputs.mnk_symbolic()
+    m_max = _m_max(m)
+    if m_max is None or not isinstance(n, (int, sympy.Integer)):
+        return None
+    if not isinstance(k, (int, sympy.Integer)):
+        return None
+    return DowncastMM(
+        m_max=m_max,
+        n=int(n),
+        k=int(k),
+        weight_downcast=_weight_downcast(kernel_inputs, op_name),
+        a_itemsize=kernel_inputs.mat1mat2()[0].get_dtype().itemsize,
+    )
+
+
+def downcast_device(device: torch.device) -> Device:
+    props = torch.cuda.get_device_properties(device)
+    return Device(
+        sm_count=props.multi_processor_count,
+        smem_per_block=getattr(props, "shared_memory_per_block_optin", 0) or 48 * 1024,
+    )
+
+
+class DowncastMMConfigMixin:
+    """Configs of the mm template for a downcast weight, in default mode too."""
+
+    def should_run(self, inputs: KernelInputs) -> bool:
+        return True
+
+    def _get_template_configs_impl(
+        self, kernel_inputs: KernelInputs, op_name: str, **kwargs: Any
+    ) -> Generator[dict[str, Any], None, None]:
+        assert isinstance(kernel_inputs, MMKernelInputs)
+        op = op_name.removesuffix("-downcast")
+        problem = downcast_problem(kernel_inputs, op)
+        if problem is None:
+            return
+        neighbours = config.max_autotune or config.max_autotune_gemm
+        device = downcast_device(kernel_inputs.device())
+        m, n, k = kernel_inputs.mnk_symbolic()
+        for cfg in plan(problem, device, neighbours=neighbours).configs:
+            kw = cfg.kwargs()
+            stages, warps = kw.pop("num_stages"), kw.pop("num_warps")
+            yield self._convert_config_to_template_kwargs(  # type: ignore[attr-defined]
+                Config(kw, num_warps=warps, num_stages=stages),
+                m,
+                n,
+                k,
+                kernel_inputs.out_dtype(),
+            )
+
+
+@register_template_heuristic(
+    mm_template.uid,
+    "cuda",
+    register=torch.version.hip is None,
+    op_name=DOWNCAST_OPS["mm"],
+)
+class CUDADowncastMMTemplateConfigHeuristic(
+    DowncastMMConfigMixin, CUDAMMTemplateConfigHeuristic
+):
+    pass
+
+
+@register_template_heuristic(
+    mm_template.uid,
+    "cuda",
+    register=torch.version.hip is None,
+    op_name=DOWNCAST_OPS["addmm"],
+)
+class CUDADowncastAddMMTemplateConfigHeuristic(
+    DowncastMMConfigMixin, CUDAAddMMTemplateConfigHeuristic
+):
+    def get_extra_kwargs(
+        self, kernel_inputs: KernelInputs, op_name: str
+    ) -> dict[str, Any]:
+        return super().get_extra_kwargs(kernel_inputs, "addmm")
+
+    def adjust_kernel_inputs(
+        self, kernel_inputs: KernelInputs, op_name: str
+    ) -> KernelInputs:
+        # default mode hands addmm its bias unexpanded; the template's epilogue reads
+        # it at the output's index, as under max-autotune
+        assert isinstance(kernel_inputs, MMKernelInputs)
+        from torch._inductor.lowering import expand
+        from torch._inductor.select_algorithm import realize_inputs
+
+        bias, mat1, mat2 = kernel_inputs.nodes()
+        size = kernel_inputs.output_layout().size
+        if list(bias.get_size()) == list(size):
+            return kernel_inputs
+        if not isinstance(bias, ir.TensorBox):
+            bias = ir.TensorBox(bias)
+        return MMKernelInputs(
+            [realize_inputs(expand(bias, size)), mat1, mat2],
+            scalars=kernel_inputs._scalars,
+        )

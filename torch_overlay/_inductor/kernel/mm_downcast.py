@@ -1,0 +1,76 @@
+"""Autocast matmuls of fp32 weights on the mm template in default mode (``config.downcast_mm_template``).
+
+Under autocast the weight of a decode-sized ``F.linear`` is an fp32 parameter cast to 16
+bits in front of the matmul. Stock Inductor runs the cast as a kernel of its own and, in
+default mode, the 16-bit GEMM on cuBLAS, which reads the copy back: 8 bytes moved per
+weight element where the matmul needs 4. ``DowncastMMChoices``, an ``InductorChoices``
+contributor, offers the Triton mm template instead where each of its row tiles spans M
+(heuristics/template/downcast_mm.py, kernel/mm_downcast_plan.py): alone in default mode,
+so nothing is benchmarked, beside the other choices under max-autotune. The scheduler
+then fuses the cast into the template's load of the weight as a prologue
+(``config.prologue_fusion_downcast``): the weight is read once, as fp32, and cast in
+registers.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TYPE_CHECKING
+
+from torch._inductor import config
+from torch._inductor.choices import InductorChoices, register_inductor_choices
+from torch._inductor.heuristics.template.downcast_mm import DOWNCAST_OPS
+from torch._inductor.kernel.mm import mm_template
+from torch._inductor.kernel_inputs import MMKernelInputs
+from torch._inductor.select_algorithm import ExternKernelChoice
+from torch._inductor.utils import use_triton_template
+
+
+if TYPE_CHECKING:
+    from torch._inductor.kernel_inputs import KernelInputs
+
+
+class DowncastMMChoices(InductorChoices):
+    """Offers the mm template where the weight is a downcast the template can fuse."""
+
+    def uuid(self) -> tuple[str, int]:
+        return ("downcast_mm", 1)
+
+    def _finalize_template_configs(
+        self,
+        template_choices: dict[str, Any],
+        kernel_inputs: KernelInputs,
+        templates: list[Any],
+        op_name: str,
+        kwarg_overrides: dict[str, dict[str, Any]] | None = None,
+    ) -> list[Any]:
+        choices = super()._finalize_template_configs(
+            template_choices, kernel_inputs, templates, op_name, kwarg_overrides
+        )
+        if (
+            not (config.downcast_mm_template and config.prologue_fusion_downcast)
+            or op_name not in DOWNCAST_OPS
+            or not isinstance(kernel_inputs, MMKernelInputs)
+            or kernel_inputs.device_type != "cuda"
+            or not use_triton_template(
+                kernel_inputs.output_layout(), check_max_autotune=False
+            )
+        ):
+            return choices
+        downcast = list(self.get_ktc(kernel_inputs, mm_template, DOWNCAST_OPS[op_name]))
+        if not downcast:
+            return choices
+        if config.max_autotune or config.max_autotune_gemm:
+            return choices + downcast
+        return downcast
+
+    def _need_to_fix_layout(self, adjusted_choices: list[Any], op_name: str) -> bool:
+        # a template chosen in default mode needs its output layout fixed, as under
+        # max-autotune
+        if any(
+            not isinstance(c.template, ExternKernelChoice) for c in adjusted_choices
+        ):
+            return True
+        return super()._need_to_fix_layout(adjusted_choices, op_name)
+
+
+register_inductor_choices("downcast_mm", DowncastMMChoices)

@@ -1,0 +1,119 @@
+"""Mm template configs for a memory-bound matmul whose weight is an fp32 -> 16-bit cast.
+
+Plain Python: no Inductor import. Under autocast (or with a hand-written ``w.to(bf16)``)
+the weight of a decode-sized matmul is an fp32 tensor cast to 16 bits in front of it:
+stock Inductor writes the 16-bit copy in a kernel of its own and reads it back in the
+GEMM, 8 bytes moved per weight element where the matmul needs 4. Where each row tile of
+the template spans every row (M at most ``MAX_ROWS``), the template reads the weight once,
+so prologue fusion can load it as fp32 and cast it in registers. ``plan`` says whether to
+offer the mm template for such a matmul, and with which tile configs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+
+
+# rows up to which one row tile spans M: the template reads the weight once, which is
+# where the downcast prologue fuses (Scheduler.check_prologue_fusion_heuristics_fusable)
+MAX_ROWS = 64
+# the smallest weight (elements) measured to gain: below it the cast kernel is cheap and
+# the GEMM launch-bound
+MIN_WEIGHT_NUMEL = 1024 * 4096
+# column tiles per SM from which 64-column tiles fill the SMs well enough
+WIDE_TILES_PER_SM = 1.5
+
+
+class Decline(enum.Enum):
+    """Why the mm template is not offered; the stock choices stand."""
+
+    NOT_A_DOWNCAST = "the weight is not a single-use fp32 -> 16-bit cast"
+    TOO_MANY_ROWS = "M may exceed one row tile: the weight would be re-read"
+    SMALL_WEIGHT = "the weight is too small for its cast kernel to matter"
+    NO_FIT = "no tile config fits shared memory"
+
+
+@dataclasses.dataclass(frozen=True)
+class DowncastMM:
+    """One matmul as the plan sees it: ``[M, K] @ [K, N]``, the weight cast from fp32."""
+
+    m_max: int  # the largest M the kernel must serve (M itself where static)
+    n: int
+    k: int
+    weight_downcast: bool  # the weight is an fp32 tensor cast in front, used once
+    a_itemsize: int = 2  # x as the template loads it (its cast stays a kernel apart)
+
+
+@dataclasses.dataclass(frozen=True)
+class Device:
+    sm_count: int
+    smem_per_block: int  # bytes a program may use (the opt-in maximum)
+
+
+@dataclasses.dataclass(frozen=True)
+class TileConfig:
+    BLOCK_M: int
+    BLOCK_N: int
+    BLOCK_K: int
+    num_warps: int
+    num_stages: int
+    GROUP_M: int = 8
+
+    def smem_bytes(self, a_itemsize: int) -> int:
+        """Shared memory Triton allocates: a tile of each operand per stage in flight
+        (the weight as fp32), the 16-bit copies tl.dot reads, and headroom."""
+        stage = (
+            self.BLOCK_M * self.BLOCK_K * a_itemsize + self.BLOCK_K * self.BLOCK_N * 4
+        )
+        recast = 2 * self.BLOCK_K * max(self.BLOCK_M, self.BLOCK_N) * 2
+        return (self.num_stages - 1) * stage + recast + 16 * 1024
+
+    def kwargs(self) -> dict[str, int]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """The configs to offer, best first; none where ``decline`` says why."""
+
+    configs: tuple[TileConfig, ...] = ()
+    decline: Decline | None = None
+
+
+def _preferred(p: DowncastMM, dev: Device) -> list[TileConfig]:
+    """Decode tiles, best first: narrow columns until the weight's column tiles fill
+    the SMs, a deep K step to keep enough fp32 bytes in flight."""
+    if p.m_max <= 16:
+        return [TileConfig(16, 32, 256, 4, 3), TileConfig(16, 64, 128, 4, 4)]
+    narrow, wide = TileConfig(64, 32, 128, 4, 5), TileConfig(64, 64, 128, 4, 4)
+    if p.n / wide.BLOCK_N >= WIDE_TILES_PER_SM * dev.sm_count:
+        return [wide, narrow]
+    return [narrow, wide]
+
+
+def _fitted(cfg: TileConfig, p: DowncastMM, dev: Device) -> TileConfig | None:
+    """``cfg`` with as many stages as fit (two at least), its K step halved while even
+    two do not; None where nothing fits."""
+    while cfg.BLOCK_K >= 32:
+        for stages in range(cfg.num_stages, 1, -1):
+            fitted = dataclasses.replace(cfg, num_stages=stages)
+            if fitted.smem_bytes(p.a_itemsize) <= dev.smem_per_block:
+                return fitted
+        cfg = dataclasses.replace(cfg, BLOCK_K=cfg.BLOCK_K // 2)
+    return None
+
+
+def plan(p: DowncastMM, dev: Device, *, neighbours: bool = False) -> Plan:
+    """The mm template's configs for ``p``: the best alone (default mode, nothing to
+    benchmark), or with ``neighbours`` every decode tile that fits (max-autotune)."""
+    if not p.weight_downcast:
+        return Plan(decline=Decline.NOT_A_DOWNCAST)
+    if p.m_max > MAX_ROWS:
+        return Plan(decline=Decline.TOO_MANY_ROWS)
+    if p.n * p.k < MIN_WEIGHT_NUMEL:
+        return Plan(decline=Decline.SMALL_WEIGHT)
+    fitted = [c for c in (_fitted(c, p, dev) for c in _preferred(p, dev)) if c]
+    if not fitted:
+        return Plan(decline=Decline.NO_FIT)
+    return Plan(configs=tuple(dict.fromkeys(fitted)) if neighbours else (fitted[0],))
