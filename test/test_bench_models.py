@@ -1,4 +1,4 @@
-"""tools/bench.py --models and the freezing modes, without a GPU.
+"""tools/bench.py models and the freezing modes, without a GPU.
 
     pytest test/test_bench_models.py
 

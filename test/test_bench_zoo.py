@@ -1,4 +1,4 @@
-"""tools/bench.py --zoo (tools/bench_zoo.py) without a GPU.
+"""tools/bench.py zoo (tools/bench_zoo.py) without a GPU.
 
     pytest test/test_bench_zoo.py
 
@@ -203,7 +203,7 @@ class TestZooModels(TestCase):
         b16["sides"]["stock"]["peak_mib"], b16["sides"]["overlay"]["peak_mib"] = 512.4, 256.0
         doc = {"env": {"gpu": "NVIDIA H200", "torch": "2.11.0", "triton": "3.6.0",
                        "transformers": "5.17.0", "date": "2026-11-24",
-                       "command": "python tools/bench.py --zoo"},
+                       "command": "python tools/bench.py zoo"},
                "settings": {"timer": zoo.PROFILER_TIMER},
                "rows": entries + [{"model": "t5-large", "hidden": 1024, "row": "train",
                                    "status": "skipped", "message": "time budget spent"}]}
@@ -219,7 +219,7 @@ class TestZooModels(TestCase):
         self.assertIn("no compile workers: every Triton kernel compiled in the timed process",
                       zoo.markdown(doc))
         doc["env"]["compile_workers"] = 16
-        self.assertIn("`python tools/bench.py --zoo`. 16 compile workers. fp32", zoo.markdown(doc))
+        self.assertIn("`python tools/bench.py zoo`. 16 compile workers. fp32", zoo.markdown(doc))
         self.assertRegex(text, r"\| decode_dyn B=16 \|[^\n]* \| 512 / 256 \| ")
         self.assertRegex(text, r"\| decode_dyn B=16 \| [\d.]+ \| [\d.]+ \| [\d.]+x \(same code\) \|")
         self.assertRegex(text, r"\| decode_dyn B=4 \| [\d.]+ \| [\d.]+ \| [\d.]+x \|")
