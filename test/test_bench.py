@@ -404,6 +404,30 @@ class TestOutput(TestCase):
         self.assertIn("WRONG", out.getvalue())
 
 
+class TestToolsLayout(TestCase):
+    def test_imports_run_one_way(self):
+        """bench.py is the entry point: no tool imports it, and the tools' imports of each
+        other form no circle."""
+        import ast
+
+        tools = {p.stem: p for p in (REPO / "tools").glob("*.py")}
+        graph = {}
+        for name, path in tools.items():
+            tree = ast.parse(path.read_text())
+            found = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import)
+                     for a in n.names}
+            found |= {(n.module or "").split(".")[0] for n in ast.walk(tree)
+                      if isinstance(n, ast.ImportFrom)}
+            graph[name] = found & set(tools)
+        self.assertIn("bench_zoo", graph["bench"])
+        self.assertEqual([n for n, deps in graph.items() if "bench" in deps], [])
+
+        def reaches(start, goal, seen=()):
+            return any(d == goal or (d not in seen and reaches(d, goal, (*seen, d)))
+                       for d in graph[start])
+        self.assertEqual([n for n in graph if reaches(n, n)], [])
+
+
 class TestPublished(TestCase):
     """BENCHMARKS.md is `python tools/bench.py report` of tools/bench_results/*.json."""
 

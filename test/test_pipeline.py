@@ -96,7 +96,8 @@ class TestNoNarration(TestCase):
         for line in (f"the twenty-sixth {sess}'s heading", f"no H100 this {sess}",
                      "(issue 21; 2026-11-28)", "issues 21, 22", "see #50",
                      "on the device " + "tool", "this work" + "place", "no H100 was " + "lent",
-                     "the twenty-first" + " run", "the nineteenth work" + " period", "nvidia-h200" + "-x2"):
+                     "the twenty-first" + " run", "the nineteenth work" + " period",
+                     "nvidia-h200" + "-x2"):
             self.assertTrue(narration(line), line)
         for line in ('@pytest.fixture(scope="' + sess + '")', "pytest_" + sess + "start",
                      "def tearDown(self): ...", "x[#]", "a #include", "color: #fff",

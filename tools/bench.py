@@ -26,22 +26,15 @@ a killed run keeps what it measured.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
-import datetime
 import gc
-import importlib
 import math
 import pathlib
-import platform
 import re
-import shlex
-import subprocess
 import sys
 import time
 import zlib
 from typing import Callable
-from unittest import mock
 
 TOOLS = pathlib.Path(__file__).resolve().parent
 REPO = TOOLS.parent

@@ -172,40 +172,6 @@ def summary_table(cases: list[dict]) -> tuple[list[str], list[list[str]]]:
     return headers, rows
 
 
-DETAIL_KEYS = ["ms", "TFLOPs", "GBps", "peak_fraction", "copy_fraction", "compile_s"]
-DETAIL_HEADERS = ["ms", "TFLOP/s", "GB/s", "% bf16 peak", "% copy BW", "compile s"]
-
-
-def detail_rows(case: dict) -> list[list[str]]:
-    """One row per mode: rates, fractions, speedups against each stock mode, error."""
-    rows = []
-    for name in modes_run([case]):
-        r = case["modes"][name]
-        compile_s = number(r.get("compile_s"), "compile_s")  # measured even when WRONG
-        rows.append([MODES[name].short] + [cell(r, k) for k in DETAIL_KEYS[:-1]] + [compile_s]
-                    + [number(r.get("speedup", {}).get(s)) for s in STOCK_MODES]
-                    + [number(r.get("error"), "error")])
-    return rows
-
-
-def detail_headers() -> list[str]:
-    return (["mode"] + DETAIL_HEADERS + [f"vs {MODES[s].short}" for s in STOCK_MODES]
-            + ["rel err"])
-
-
-def case_heading(case: dict) -> str:
-    floor = (f", floor {case['floor_ms']:.4f} ms ({case['bound']})"
-             if "floor_ms" in case else "")
-    flops = f"{case['flops'] / 1e9:.1f} GFLOP, " if case["flops"] else ""
-    tol = f", tolerance {case['tolerance']:.1e}" if case.get("tolerance") else ""
-    return f"{case['workload']} {case['label']}: {flops}{case['bytes'] / 1e6:.1f} MB{floor}{tol}"
-
-
-def messages(case: dict) -> list[str]:
-    return [f"{MODES[m].short}: {r['message']}" for m, r in case["modes"].items()
-            if r.get("message")]
-
-
 def by_workload(doc: dict) -> dict[str, list[dict]]:
     groups: dict[str, list[dict]] = defaultdict(list)
     for case in doc["results"]:
