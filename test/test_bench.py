@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib.util
 import io
 import json
 import math
@@ -20,13 +19,13 @@ from unittest import mock
 import torch
 from torch._inductor.test_case import TestCase, run_tests
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tools"))
+REPO = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tools"))
 
 import bench  # noqa: E402
 import bench_report as report  # noqa: E402
 from bench_workloads import all_cases, io_bytes  # noqa: E402
 
-HAS_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
 CEILINGS = {"copy_GBps": 4000.0, "bf16_mm_TFLOPs": 500.0, "mm_shape": "8192x8192x8192"}
 
 
@@ -364,27 +363,29 @@ class TestOutput(TestCase):
         self.assertAlmostEqual(merged["overlay"]["speedup"]["stock-max-autotune"], 4.0)
 
     def test_markdown_report(self):
-        text = report.render_markdown(sample_document(), "bench_results/linear_speedup.png")
-        self.assertIn("| GPU | NVIDIA H200 |", text)
-        self.assertIn("| date | 2026-11-21T00:00:00+00:00 |", text)
-        self.assertIn("| command | `python tools/bench.py --out bench_out` |", text)
-        self.assertIn("| case | eager ms | stock ms | overlay ms | overlay / stock "
-                      "| best / floor |", text)
-        self.assertIn("| 16x4096x4096 | 0.0500 | 0.0400 | WRONG | - |", text)
-        self.assertIn("| 1024x4096x4096 | - | 0.1000 | 0.0500 | 2.00x |", text)
-        self.assertIn("![speedup over stock default against M](bench_results/linear_speedup.png)",
-                      text)
-        self.assertIn("| overlay | WRONG | WRONG | WRONG | WRONG | WRONG | 0.4 | - | - | - "
-                      "| 5.0e-01 |", text)
-        self.assertIn("## mlp:", text)
-        self.assertIn("_to be filled", text.split("## mlp:")[1])
+        """A run's tables: each row dated, with its GPU and releases above it; a WRONG
+        result shows its status, never a time."""
+        text = report.render_run(sample_document())
+        self.assertIn("### H200, torch 2.11.0+cu130, triton 3.6.0; measured 2026-11-21", text)
+        self.assertIn("| case | eager us | stock us | overlay us | overlay / stock "
+                      "| overlay / eager | measured |", text)
+        self.assertIn("| linear 16x4096x4096 | 50.0 | 40.0 | **WRONG** | - | - "
+                      "| 2026-11-21, do_bench |", text)
+        self.assertIn("| linear 1024x4096x4096 | - | 100.0 | 50.0 | 2.00x | - "
+                      "| 2026-11-21, do_bench |", text)
+        self.assertNotIn("## Decode\n\nOne token at batch 1, a decoder step without KV cache "
+                         "(T5-large attends to 128 cached encoder states). `bench.py zoo "
+                         "--rows decode1`.\n\n###", text)  # no zoo run: no table
 
-    def test_skeleton_has_every_workload(self):
-        text = report.render_markdown(None)
-        for workload in ("linear", "gelu_linear", "pointwise", "mlp"):
-            self.assertIn(f"## {workload}:", text)
-        self.assertIn("_date_", text)
-        self.assertNotIn("![", text)
+    def test_newest_measurement_wins(self):
+        older, newer = sample_document(), sample_document()
+        newer["env"] = dict(newer["env"], date="2026-11-22T00:00:00+00:00")
+        newer["results"][1]["modes"]["overlay"]["ms"] = 0.04
+        found = report.newest([newer, older])["operators"]
+        self.assertIs(found["linear/1024x4096x4096"][0], newer)
+        self.assertIn("| linear 1024x4096x4096 | - | 100.0 | 40.0 | 2.50x | - "
+                      "| 2026-11-22, do_bench |",
+                      report.render_benchmarks([("h200", [older, newer])]))
 
     def test_terminal_summary(self):
         text = report.terminal_summary(sample_document())
@@ -398,25 +399,69 @@ class TestOutput(TestCase):
             report.write_json(sample_document(), path)
             out, err = io.StringIO(), io.StringIO()
             with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-                self.assertEqual(bench.main(["--report", str(path)]), 0)
+                self.assertEqual(bench.main(["report", str(path)]), 0)
         self.assertTrue(out.getvalue().startswith("# Benchmarks"))
         self.assertIn("WRONG", out.getvalue())
 
-    def test_plot_without_matplotlib_says_so(self):
-        with mock.patch.dict(sys.modules, {"matplotlib": None}):
-            message = report.write_plot(sample_document(), pathlib.Path("unused.png"))
-        self.assertIn("matplotlib is not installed", message)
 
-    @unittest.skipUnless(HAS_MATPLOTLIB, "matplotlib is not installed")
-    def test_plot(self):
-        doc = sample_document()
-        series = report.linear_speedups(doc)
-        self.assertEqual(set(series), {((4096, 4096), "eager"), ((4096, 4096), "overlay")})
-        self.assertEqual(series[((4096, 4096), "overlay")], [(1024, 2.0)])  # WRONG at M=16
-        with tempfile.TemporaryDirectory() as tmp:
-            path = pathlib.Path(tmp) / "plot.png"
-            report.write_plot(doc, path)
-            self.assertGreater(path.stat().st_size, 1000)
+class TestToolsLayout(TestCase):
+    def test_imports_run_one_way(self):
+        """bench.py is the entry point: no tool imports it, and the tools' imports of each
+        other form no circle."""
+        import ast
+
+        tools = {p.stem: p for p in (REPO / "tools").glob("*.py")}
+        graph = {}
+        for name, path in tools.items():
+            tree = ast.parse(path.read_text())
+            found = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import)
+                     for a in n.names}
+            found |= {(n.module or "").split(".")[0] for n in ast.walk(tree)
+                      if isinstance(n, ast.ImportFrom)}
+            graph[name] = found & set(tools)
+        self.assertIn("bench_zoo", graph["bench"])
+        self.assertEqual([n for n, deps in graph.items() if "bench" in deps], [])
+
+        def reaches(start, goal, seen=()):
+            return any(d == goal or (d not in seen and reaches(d, goal, (*seen, d)))
+                       for d in graph[start])
+        self.assertEqual([n for n in graph if reaches(n, n)], [])
+
+
+class TestPublished(TestCase):
+    """BENCHMARKS.md is `python tools/bench.py report` of tools/bench_results/*.json."""
+
+    def test_benchmarks_md_is_current(self):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            self.assertEqual(bench.main(["report"]), 0)
+        published = (REPO / "BENCHMARKS.md").read_text()
+        self.assertEqual(out.getvalue(), published,
+                         "BENCHMARKS.md is stale: python tools/bench.py report > BENCHMARKS.md")
+        self.assertLess(len(published.splitlines()), 400)
+
+    def test_every_table_names_gpu_and_releases_and_every_row_a_date(self):
+        text = (REPO / "BENCHMARKS.md").read_text()
+        tables = 0
+        for block in text.split("\n### ")[1:]:
+            head, *lines = block.splitlines()
+            self.assertRegex(head, r"^(H100|H200)\S*( \S+)*, torch 2\.\d+\.\d+\S*, triton "
+                                   r"\d+\.\d+\.\d+; measured 20\d\d-\d\d-\d\d")
+            rows = [x for x in lines if x.startswith("| ") and not x.startswith("| ---")]
+            data = [x for x in rows if not x.startswith(("| case ", "| model "))]
+            self.assertTrue(data, head)
+            for row in data:
+                self.assertRegex(row, r"\| 20\d\d-\d\d-\d\d, (profiler|graph|do_bench)")
+            tables += 1
+        self.assertGreaterEqual(tables, 20)
+
+    def test_results_files_hold_runs_of_one_gpu_and_release(self):
+        for stem, runs in report.result_docs():
+            gpu, release = stem.split("_torch")
+            self.assertTrue(runs, stem)
+            for doc in runs:
+                self.assertIn(gpu.upper(), doc["env"]["gpu"])
+                self.assertTrue(doc["env"]["torch"].startswith(release), stem)
 
 
 class TestCommandLine(TestCase):

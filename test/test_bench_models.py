@@ -1,4 +1,4 @@
-"""tools/bench.py --models and the freezing modes, without a GPU.
+"""tools/bench.py models and the freezing modes, without a GPU.
 
     pytest test/test_bench_models.py
 
@@ -189,14 +189,14 @@ class TestModelsCommand(TestCase):
     def test_no_gpu_refuses_in_one_line(self):
         with tempfile.TemporaryDirectory() as tmp, \
                 mock.patch.object(bench, "gpu_available", return_value=False):
-            rc, out, err = run_main(["--models", "--out", tmp])
+            rc, out, err = run_main(["models", "--out", tmp])
             self.assertEqual(list(pathlib.Path(tmp).iterdir()), [])
         self.assertEqual(rc, 1)
         self.assertEqual(len(err.strip().splitlines()), 1)
         self.assertIn("no CUDA GPU", err)
 
     def test_list(self):
-        rc, out, _ = run_main(["--models", "--list"])
+        rc, out, _ = run_main(["models", "--list"])
         self.assertEqual(rc, 0)
         self.assertIn("llama3-8b-2L: meta-llama/Meta-Llama-3-8B", out)
         self.assertIn("gpt2-large-4L", out)
@@ -205,7 +205,7 @@ class TestModelsCommand(TestCase):
         """Stock and overlay CUDA code of a decode step for the H200, GPU-free, and the
         training step traced forward and backward on the CPU."""
         with tempfile.TemporaryDirectory() as tmp:
-            rc, out, _ = run_main(["--models", "--compile-only", "--model-set", "tiny",
+            rc, out, _ = run_main(["models", "--compile-only", "--model-set", "tiny",
                                    "--shapes", r"^llama-tiny/(decode B=1 \(no KV cache\)$|train)",
                                    "--out", tmp])
             doc = report.read_json(pathlib.Path(tmp) / "models.json")
@@ -225,14 +225,12 @@ class TestModelsCommand(TestCase):
                                      compile=lambda f, **kw: f)
         doc = report.new_document({"gpu": "NVIDIA H200", "date": "2026-11-23T08:00:00+00:00",
                                    "torch": "2.11.0", "triton": "3.6.0",
-                                   "command": "python tools/bench.py --models"}, CEILINGS, {})
+                                   "command": "python tools/bench.py models"}, CEILINGS, {})
         doc["models"] = [record]
-        text = report.render_models_markdown(doc, "bench_results/models_speedup.png")
-        self.assertIn("## models:", text)
-        self.assertIn("torch 2.11.0, triton 3.6.0", text)
-        self.assertIn("| llama-tiny | decode B=16 | 2.0000 | 2.0000 | 2.0000 | 1.00x |", text)
-        self.assertIn("weight floor ms", text)
-        self.assertIn("rel err vs fp64 (eager)", text)
+        text = report.render_run(doc)
+        self.assertIn("### H200, torch 2.11.0, triton 3.6.0; measured 2026-11-23", text)
+        self.assertIn("| llama-tiny | decode B=16 | 2000.0 | 2000.0 | 2000.0 | 2000.0 | 2000.0 "
+                      "| 1.00x | 1.00x | 1.00x | 2026-11-23, do_bench |", text)
         # the ratios say how many times faster the overlay side is
         modes = record["rows"]["decode B=1"]["modes"]
         modes["overlay"]["ms"], modes["stock_freezing"]["ms"] = 1.0, 4.0
@@ -246,12 +244,11 @@ class TestModelsCommand(TestCase):
         summary = report.models_summary(doc)
         self.assertIn("live decode B=16", summary)
         with tempfile.TemporaryDirectory() as tmp:
-            bench_json = pathlib.Path(tmp) / "bench.json"
-            report.write_json(report.new_document({}, CEILINGS, {}), bench_json)
-            report.write_json(doc, pathlib.Path(tmp) / "models.json")
-            rc, out, _ = run_main(["--report", str(bench_json)])
+            models_json = pathlib.Path(tmp) / "models.json"
+            report.write_json(doc, models_json)
+            rc, out, _ = run_main(["report", str(models_json)])
         self.assertEqual(rc, 0)
-        self.assertIn("## models:", out)
+        self.assertIn("| llama-tiny | prefill 16 |", out)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""tools/bench.py --zoo (tools/bench_zoo.py) without a GPU.
+"""tools/bench.py zoo (tools/bench_zoo.py) without a GPU.
 
     pytest test/test_bench_zoo.py
 
@@ -44,22 +44,22 @@ class TestZooCommand(TestCase):
     def test_no_gpu_refuses_in_one_line(self):
         with tempfile.TemporaryDirectory() as tmp, \
                 mock.patch.object(zoo, "gpu_available", return_value=False):
-            rc, out, err = run_main(["--zoo", "--out", tmp, "--models", "bert-large"])
+            rc, out, err = run_main(["zoo", "--out", tmp, "--models", "bert-large"])
             self.assertEqual(list(pathlib.Path(tmp).iterdir()), [])
         if not HAS_TRANSFORMERS:
             self.assertEqual((rc, err.count("\n")), (2, 1))
             return
-        self.assertEqual(rc, 1)  # as --models
+        self.assertEqual(rc, 1)  # as models
         self.assertEqual(len(err.strip().splitlines()), 1)
         self.assertIn("no CUDA GPU", err)
 
     def test_list_and_unknown_names(self):
-        rc, out, _ = run_main(["--zoo", "--list"])
+        rc, out, _ = run_main(["zoo", "--list"])
         self.assertEqual(rc, 0)
         self.assertIn("llama3-8b: meta-llama/Meta-Llama-3-8B (GQA 32:8); hidden 4096; rows "
                       "decode1, decode_dyn, batch8", out)
         self.assertIn("vit-large: google/vit-large-patch16-224", out)
-        self.assertEqual(run_main(["--zoo", "--models", "llama7"])[0], 2)
+        self.assertEqual(run_main(["zoo", "--models", "llama7"])[0], 2)
         # every model's rows are in the run order
         planned = {(m, r) for m, r in zoo.ORDER}
         self.assertEqual(planned, {(s.name, r) for s in zoo.SPECS.values() for r in s.rows()})
@@ -203,7 +203,7 @@ class TestZooModels(TestCase):
         b16["sides"]["stock"]["peak_mib"], b16["sides"]["overlay"]["peak_mib"] = 512.4, 256.0
         doc = {"env": {"gpu": "NVIDIA H200", "torch": "2.11.0", "triton": "3.6.0",
                        "transformers": "5.17.0", "date": "2026-11-24",
-                       "command": "python tools/bench.py --zoo"},
+                       "command": "python tools/bench.py zoo"},
                "settings": {"timer": zoo.PROFILER_TIMER},
                "rows": entries + [{"model": "t5-large", "hidden": 1024, "row": "train",
                                    "status": "skipped", "message": "time budget spent"}]}
@@ -219,7 +219,7 @@ class TestZooModels(TestCase):
         self.assertIn("no compile workers: every Triton kernel compiled in the timed process",
                       zoo.markdown(doc))
         doc["env"]["compile_workers"] = 16
-        self.assertIn("`python tools/bench.py --zoo`. 16 compile workers. fp32", zoo.markdown(doc))
+        self.assertIn("`python tools/bench.py zoo`. 16 compile workers. fp32", zoo.markdown(doc))
         self.assertRegex(text, r"\| decode_dyn B=16 \|[^\n]* \| 512 / 256 \| ")
         self.assertRegex(text, r"\| decode_dyn B=16 \| [\d.]+ \| [\d.]+ \| [\d.]+x \(same code\) \|")
         self.assertRegex(text, r"\| decode_dyn B=4 \| [\d.]+ \| [\d.]+ \| [\d.]+x \|")

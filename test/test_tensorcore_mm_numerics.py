@@ -5,7 +5,7 @@ and test_tensorcore_mm_decode.py cannot carry upstream.
   interpreter on the CPU (GPU-free; the kernels come from the faked H200 of the pytest
   plugin torch_overlay.testing.gpu_free).
 - ``TestValueCriterion``: torch_overlay.testing.numerics (the criterion the GPU tests
-  below and tools/check_tensorcore_mm.py share), GPU-free on emulated eager results.
+  below share), GPU-free on emulated eager results.
 - ``TestTensorCoreMMGPUCriterion``, ``TestTensorCoreBMMGPUCriterion``, ``...GemvGPUCriterion``,
   ``...FreezingCriterion``: the exported files' value tests on the GPU again, judged by
   numerics.compare/verdict (the exported file checks dtype and the error against fp64 only).
@@ -310,7 +310,7 @@ def run_in_interpreter(jobs):
 
 
 def numerics_assert_like_eager(self, actual, fn, inputs, fn64, dtype):
-    """tools/check_tensorcore_mm.py's criterion, the same code (numerics.compare
+    """The value criterion, the same code (numerics.compare
     documents it): (a) error vs fp64 no worse than eager autocast's; (b) within one
     16-bit ulp plus fp32 summation error of the correctly rounded value, and equal
     to it (or to a rounding that summation error explains, or to eager with fp32

@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """Benchmark torch_overlay against stock Inductor, side by side, on this GPU.
 
-    python tools/bench.py --out bench_out     every workload and mode (about 6 min on an H200)
+    python tools/bench.py [ops] --out bench_out  every operator and mode (about 6 min on an H200)
     python tools/bench.py --quick             smoke run: two cases, three modes (under a minute)
     python tools/bench.py --list              the cases, their FLOPs and bytes; runs nothing
     python tools/bench.py --compile-only      compile time, stock against overlay, without a GPU
-    python tools/bench.py --models --out bench_out  the model workloads (under 10 min on an H200)
-    python tools/bench.py --zoo --out bench_out     transformers architectures (tools/bench_zoo.py)
-    python tools/bench.py --report bench_out/bench.json > BENCHMARKS.md
+    python tools/bench.py models --out bench_out  decoder stacks (under 10 min on an H200)
+    python tools/bench.py zoo --out bench_out     transformers architectures (tools/bench_zoo.py)
+    python tools/bench.py report > BENCHMARKS.md  from tools/bench_results/*.json
+    python tools/bench.py report bench_out/bench.json   one run's tables
 
 Select with --workloads linear,mlp, --shapes REGEX (searched in the case labels that
 --list prints), --modes stock,overlay; --mnk 16x1280x5120,4x1024x4096 gives linear (and
@@ -17,7 +18,7 @@ sized kernels without the host:
 
     python tools/bench.py --mnk 16x1280x5120 --modes stock,overlay,template-no-split --graph
 
-Max-autotune is slow to compile: by default it runs on the issue's shape sets only
+Max-autotune is slow to compile: by default it runs on the required shape sets only
 (--max-autotune all for every case), after every other mode of every case, and is
 skipped once --budget-s seconds have passed. The JSON is rewritten after each case, so
 a killed run keeps what it measured.
@@ -25,22 +26,15 @@ a killed run keeps what it measured.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
-import datetime
 import gc
-import importlib
 import math
 import pathlib
-import platform
 import re
-import shlex
-import subprocess
 import sys
 import time
 import zlib
 from typing import Callable
-from unittest import mock
 
 TOOLS = pathlib.Path(__file__).resolve().parent
 REPO = TOOLS.parent
@@ -49,22 +43,24 @@ sys.path[1:1] = [str(TOOLS), str(REPO)]  # run from anywhere, without installing
 import torch  # noqa: E402
 
 import torch_overlay  # noqa: E402
+from bench_common import (  # noqa: E402
+    REP_MS, WARMUP_MS, environment, gpu_available, log, median_ms, mode_context, one_line,
+    probe_overlays, synchronize, warm_up_compiler)
 from bench_report import (  # noqa: E402
-    MODELS_PLOT_NAME, PLOT_NAME, compile_only_table, derive, is_wrong, models_summary,
-    new_document, read_json, render_markdown, render_models_markdown, terminal_summary,
-    text_table, tolerance, upsert, write_json, write_models_plot, write_plot)
+    compile_only_table, derive, is_wrong, models_summary, new_document, read_json,
+    render_benchmarks, render_run, result_docs, terminal_summary, text_table, tolerance,
+    upsert, write_json)
 from bench_workloads import MODES, WORKLOADS, Case, Mode, all_cases, io_bytes  # noqa: E402
 
+COMMANDS = ("ops", "models", "zoo", "report")
 QUICK_CASES = ("linear/16x4096x4096", "pointwise/float32 tanh 1M")
 QUICK_MODES = ("eager", "stock", "overlay")
 # no max-autotune step starts after this: the slowest (about 80 s) still ends within
 # a 10-minute command limit
 DEFAULT_BUDGET_S = 360
-# --models: no row starts after this (the slowest, a training step's compile, fits after it)
+# models: no row starts after this (the slowest, a training step's compile, fits after it)
 DEFAULT_MODELS_BUDGET_S = 480
 
-# do_bench arguments are milliseconds of warm-up and of timed repetitions
-WARMUP_MS, REP_MS = 25, 100
 # Rotate through input sets that together exceed 3x the L2: by the time a set comes
 # back, the others have evicted it, so every call reads its inputs from memory.
 # (triton 3.6's do_bench also wipes L2 before each timed call, but not in its warm-up,
@@ -72,17 +68,9 @@ WARMUP_MS, REP_MS = 25, 100
 ROTATE_L2_MULTIPLE, MAX_INPUT_SETS = 3, 32
 
 
-def log(*parts) -> None:
-    print(*parts, flush=True)  # flush: a killed run still shows where it was
 
 
 # -- measuring ----------------------------------------------------------------------
-
-def median_ms(fn: Callable[[], object]) -> float:
-    import triton.testing
-
-    return triton.testing.do_bench(fn, warmup=WARMUP_MS, rep=REP_MS, return_mode="median")
-
 
 def graph_ms(fn: Callable[[], object]) -> float:
     """``fn`` captured in a CUDA graph, its replay timed by ``median_ms``: GPU time without
@@ -169,43 +157,6 @@ def check_accounting(case: Case, inputs: tuple, outputs: tuple) -> None:
                              f"outputs are {actual}: fix bench_workloads.py")
 
 
-def gpu_available() -> bool:
-    """A real CUDA device: asks the driver (torch.cuda.is_available() is also true where
-    the GPU-free test harness fakes one)."""
-    count = getattr(torch._C, "_cuda_getDeviceCount", None)
-    return count is not None and count() > 0
-
-
-def synchronize(device: str) -> None:
-    if torch.device(device).type == "cuda":
-        torch.cuda.synchronize()
-
-
-@contextlib.contextmanager
-def mode_context(mode: Mode, overlays: list[str] | None, force: bool, fresh: bool = True):
-    """Each mode starts from nothing: overlays on or off as the mode says, Dynamo reset,
-    and a fresh Inductor and Triton cache directory, so its compile time is a cold
-    compile and stock and overlay never share a cache entry (``fresh=False``: the
-    caller holds one for several modes of one side)."""
-    from torch._inductor.utils import fresh_cache
-
-    torch_overlay.disable()
-    torch._dynamo.reset()
-    try:
-        if mode.overlays:
-            torch_overlay.enable(list(mode.only) or overlays, force=force)
-        with contextlib.ExitStack() as stack:
-            stack.enter_context(fresh_cache() if fresh else contextlib.nullcontext())
-            stack.enter_context(torch._inductor.config.patch(freezing=mode.freezing,
-                                                             **dict(mode.config)))
-            for module, name, value in mode.replace:
-                stack.enter_context(mock.patch.object(importlib.import_module(module), name, value))
-            yield
-    finally:
-        torch_overlay.disable()
-        torch._dynamo.reset()
-
-
 def applies(mode: Mode, case: Case) -> bool:
     if mode.freezing:
         return bool(case.weight_args) and not case.train
@@ -274,11 +225,6 @@ def measure_mode(case, mode, input_sets, ref, tol, *, device, timer, build, over
         return {"status": "ok", "ms": ms, "compile_s": compile_s, "error": error}
     except Exception as e:  # one mode's failure must not end the run
         return {"status": "failed", "message": one_line(e)}
-
-
-def one_line(e: BaseException) -> str:
-    text = f"{type(e).__name__}: {e}".strip().splitlines()
-    return text[0][:300] if text else type(e).__name__
 
 
 def case_record(case: Case) -> dict:
@@ -390,51 +336,10 @@ def run_benchmarks(plan, doc: dict, out_dir: pathlib.Path, args, overlays) -> No
         torch.cuda.empty_cache()
 
 
-def warm_up_compiler(device: str) -> int:
-    """Start Inductor's compile workers and load its modules before the first case, so
-    that case's compile time is not charged for them. Returns the workers answering (0:
-    every Triton kernel compiles in this process, which compile times then include)."""
-    from torch._inductor.async_compile import AsyncCompile, get_compile_threads
-
-    x = torch.randn(1 << 10, device=device)
-    with mode_context(MODES["stock"], None, False):
-        torch.compile(torch.nn.functional.gelu, dynamic=False)(x)
-        synchronize(device)
-    try:  # until the workers answer, Inductor compiles each kernel in this process
-        AsyncCompile.wait_pool_ready(timeout=60)
-    except Exception as e:  # noqa: BLE001 - then compiles stay in this process, said once
-        log(f"compile workers not ready: {one_line(e)}")
-    return get_compile_threads() if AsyncCompile.use_process_pool() else 0
-
-
-def environment(argv: list[str], overlays: list[str] | None) -> dict:
-    import triton
-
-    def git(*cmd):
-        try:
-            return subprocess.run(["git", *cmd], cwd=REPO, capture_output=True, text=True,
-                                  timeout=10, check=True).stdout.strip()
-        except Exception:  # the device machine gets the tree without .git
-            return None
-    commit = git("rev-parse", "--short", "HEAD")
-    if commit and git("status", "--porcelain", "--untracked-files=no"):
-        commit += "+dirty"
-    return {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "gpu": torch.cuda.get_device_name() if gpu_available() else "none (GPU-free harness)",
-        "torch": torch.__version__, "triton": triton.__version__, "cuda": torch.version.cuda,
-        "python": platform.python_version(), "torch_overlay": torch_overlay.__version__,
-        "git": commit, "overlays": overlays or [],
-        "command": shlex.join(["python", "tools/bench.py", *argv]),
-    }
-
-
 def finish(doc: dict, out_dir: pathlib.Path) -> None:
     write_json(doc, out_dir / "bench.json")
     log(terminal_summary(doc))
-    log(write_plot(doc, out_dir / PLOT_NAME))
-    plot = PLOT_NAME if (out_dir / PLOT_NAME).exists() else None
-    (out_dir / "bench.md").write_text(render_markdown(doc, plot))
+    (out_dir / "bench.md").write_text(render_run(doc))
     log(f"results: {out_dir / 'bench.json'}, report: {out_dir / 'bench.md'}")
 
 
@@ -822,21 +727,6 @@ def compile_only_models(configs, sizes, overlays, force, select: str | None = No
 
 # -- command line -------------------------------------------------------------------
 
-def probe_overlays(names: list[str] | None, force: bool) -> list[str] | None:
-    """The overlays the overlay modes will run with (requirements included), said up front."""
-    try:
-        enabled = torch_overlay.enable(names, force=force)
-    except torch_overlay.OverlayError as e:
-        log(f"overlays: the overlay modes will fail: {e}")
-        return names  # each overlay mode then fails with this reason
-    finally:
-        torch_overlay.disable()
-    if torch_overlay.killed():
-        log("overlays: TORCH_OVERLAY_DISABLE is set: the overlay modes measure stock Inductor")
-    else:
-        log(f"overlays: {', '.join(enabled) or 'none: the overlay modes measure stock Inductor'}")
-    return enabled
-
 def select_cases(args) -> list[Case]:
     cases = all_cases(args.workloads, args.mnk)
     if args.quick and not args.shapes:
@@ -861,10 +751,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                                 epilog=__doc__.split("\n\n", 1)[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=pathlib.Path, default=pathlib.Path("bench_out"),
-                   help="directory for bench.json, bench.md and the plot (default: bench_out)")
+                   help="directory for bench.json and bench.md (default: bench_out)")
     p.add_argument("--workloads", type=names(list(WORKLOADS)), help="default: all")
     p.add_argument("--shapes", metavar="REGEX",
-                   help="keep the cases whose label matches (--models --compile-only: the "
+                   help="keep the cases whose label matches (models --compile-only: the "
                         "rows whose model/row id matches)")
     p.add_argument("--modes", type=names(list(MODES)),
                    help="default: all but the A/B modes of an overlay's parts")
@@ -875,10 +765,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="time a CUDA-graph replay of one call per input set (kernel time "
                         "without the host's launches) instead of do_bench of the calls")
     p.add_argument("--max-autotune", choices=("required", "all"), default="required",
-                   help="cases that get the max-autotune modes (default: the issue's shape sets)")
+                   help="cases that get the max-autotune modes (default: the required shape sets)")
     p.add_argument("--budget-s", type=float,
                    help=f"skip max-autotune after this many seconds (default {DEFAULT_BUDGET_S}); "
-                        f"with --models, the rows not started by then (default "
+                        f"with models, the rows not started by then (default "
                         f"{DEFAULT_MODELS_BUDGET_S}); 0: no limit")
     p.add_argument("--overlays", type=lambda s: [n for n in s.split(",") if n],
                    help="overlays of the overlay modes (default: all registered)")
@@ -891,14 +781,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--list", action="store_true", help="print the selected cases and exit")
     p.add_argument("--compile-only", action="store_true",
                    help="compile time, stock against overlay, through the GPU-free harness")
-    p.add_argument("--models", action="store_true",
-                   help="the model workloads (tools/bench_models.py: decode, prefill, a training "
-                        "step) instead of the operator ones; writes models.json")
     p.add_argument("--model-set", choices=("full", "tiny"), default="full",
-                   help="with --models: the published configs, or toy sizes of the same "
+                   help="with models: the published configs, or toy sizes of the same "
                         "structure (a smoke run, the compile-only test)")
-    p.add_argument("--report", type=pathlib.Path, metavar="JSON",
-                   help="print BENCHMARKS.md for a results file (and redraw its plot)")
     return p.parse_args(argv)
 
 
@@ -921,8 +806,8 @@ def main_models(args, argv: list[str]) -> int:
             log(f"{cfg.name}: {cfg.source}; {derive_model_params(cfg)}")
         return 0
     if not args.compile_only and not gpu_available():
-        print("bench.py: no CUDA GPU here; --models needs one (--models --compile-only, "
-              "--list and --report run without)", file=sys.stderr)
+        print("bench.py: no CUDA GPU here; models needs one (models --compile-only "
+              "and --list run without)", file=sys.stderr)
         return 1
     if check_overlays(args):
         return 2
@@ -953,49 +838,40 @@ def main_models(args, argv: list[str]) -> int:
         doc["wall_s"] = time.perf_counter() - start
         write_json(doc, args.out / "models.json")
         log(models_summary(doc))
-        log(write_models_plot(doc, args.out / MODELS_PLOT_NAME))
-        plot = MODELS_PLOT_NAME if (args.out / MODELS_PLOT_NAME).exists() else None
-        (args.out / "models.md").write_text(render_models_markdown(doc, plot))
+        (args.out / "models.md").write_text(render_run(doc))
         log(f"results: {args.out / 'models.json'}, report: {args.out / 'models.md'}; "
             f"{doc['wall_s']:.0f} s in all")
     return 0
 
 
+def report(paths: list[str]) -> int:
+    """BENCHMARKS.md from the results files (default: tools/bench_results/*.json); a run's
+    own JSON (--out DIR/bench.json, models.json, zoo.json) renders on its own."""
+    if not paths:
+        print(render_benchmarks(result_docs()), end="")
+        return 0
+    for path in paths:
+        doc = read_json(pathlib.Path(path))
+        runs = doc["runs"] if "runs" in doc else [doc]
+        print(render_benchmarks([(pathlib.Path(path).stem, runs)]), end="")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if "--zoo" in argv:  # transformers architectures: tools/bench_zoo.py, its own options
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = argv.pop(0) if argv and argv[0] in COMMANDS else "ops"
+    if command == "zoo":  # transformers architectures: tools/bench_zoo.py, its own options
         import bench_zoo
 
-        return bench_zoo.main([a for a in argv if a != "--zoo"])
+        return bench_zoo.main(argv)
+    if command == "report":
+        return report(argv)
     args = parse_args(argv)
-    if args.report:
-        doc = read_json(args.report)
-        if "models" in doc:  # a --models run on its own
-            plot = args.report.parent / MODELS_PLOT_NAME
-            notes = args.report.with_name("MODELS_NOTES.md")
-            print(render_models_markdown(doc, str(plot) if plot.exists() else None,
-                                         notes.read_text() if notes.exists() else None))
-            return 0
-        print(write_plot(doc, args.report.parent / PLOT_NAME), file=sys.stderr)
-        plot = args.report.parent / PLOT_NAME
-        notes = args.report.with_name("NOTES.md")
-        text = render_markdown(doc, str(plot) if plot.exists() else None,
-                               notes.read_text() if notes.exists() else None)
-        models = args.report.with_name("models.json")  # the --models run, published beside
-        if models.exists() and args.report.name != "models.json":
-            models_doc = read_json(models)
-            models_plot = models.parent / MODELS_PLOT_NAME
-            print(write_models_plot(models_doc, models_plot), file=sys.stderr)
-            models_notes = models.with_name("MODELS_NOTES.md")
-            text += "\n" + render_models_markdown(
-                models_doc, str(models_plot) if models_plot.exists() else None,
-                models_notes.read_text() if models_notes.exists() else None)
-        print(text)
-        return 0
+    args.models = command == "models"
     if args.budget_s is None:
         args.budget_s = DEFAULT_MODELS_BUDGET_S if args.models else DEFAULT_BUDGET_S
     if args.models:
-        return main_models(args, argv)
+        return main_models(args, ["models", *argv])
     cases = select_cases(args)
     modes = args.modes or (list(QUICK_MODES) if args.quick
                            else [m for m in MODES if not MODES[m].ab])
@@ -1008,7 +884,7 @@ def main(argv: list[str] | None = None) -> int:
         print("bench.py: no case matches the selection (see --list)", file=sys.stderr)
         return 2
     if not args.compile_only and not gpu_available():
-        print("bench.py: no CUDA GPU here; only --compile-only, --list and --report run "
+        print("bench.py: no CUDA GPU here; only --compile-only, --list and report run "
               "without one", file=sys.stderr)
         return 1
     if check_overlays(args):

@@ -1,4 +1,4 @@
-"""The models of ``tools/bench.py --models``: plain-PyTorch definitions, random weights.
+"""The models of ``tools/bench.py models``: plain-PyTorch definitions, random weights.
 
 Two decoder stacks, their dimensions copied from public architecture configs, a few
 layers deep so that a run fits in minutes:
@@ -64,7 +64,7 @@ GPT2_LARGE = dict(arch="gpt2", source="openai-community/gpt2-large config.json (
                   hidden=1280, heads=20, kv_heads=20, intermediate=5120, vocab=50257, eps=1e-5)
 
 MODEL_SETS: dict[str, tuple[list[ModelConfig], Sizes]] = {
-    # what `tools/bench.py --models` measures on the H200
+    # what `tools/bench.py models` measures
     "full": ([ModelConfig("llama3-8b-2L", layers=2, **LLAMA3_8B),
               ModelConfig("gpt2-large-4L", layers=4, **GPT2_LARGE)], Sizes()),
     # the same structure at toy sizes: the compile-only test, and a GPU smoke run

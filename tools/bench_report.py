@@ -11,6 +11,7 @@ import json
 import math
 import os
 import pathlib
+import re
 from collections import defaultdict
 
 from bench_workloads import MODES, STOCK_MODES, WORKLOADS
@@ -171,40 +172,6 @@ def summary_table(cases: list[dict]) -> tuple[list[str], list[list[str]]]:
     return headers, rows
 
 
-DETAIL_KEYS = ["ms", "TFLOPs", "GBps", "peak_fraction", "copy_fraction", "compile_s"]
-DETAIL_HEADERS = ["ms", "TFLOP/s", "GB/s", "% bf16 peak", "% copy BW", "compile s"]
-
-
-def detail_rows(case: dict) -> list[list[str]]:
-    """One row per mode: rates, fractions, speedups against each stock mode, error."""
-    rows = []
-    for name in modes_run([case]):
-        r = case["modes"][name]
-        compile_s = number(r.get("compile_s"), "compile_s")  # measured even when WRONG
-        rows.append([MODES[name].short] + [cell(r, k) for k in DETAIL_KEYS[:-1]] + [compile_s]
-                    + [number(r.get("speedup", {}).get(s)) for s in STOCK_MODES]
-                    + [number(r.get("error"), "error")])
-    return rows
-
-
-def detail_headers() -> list[str]:
-    return (["mode"] + DETAIL_HEADERS + [f"vs {MODES[s].short}" for s in STOCK_MODES]
-            + ["rel err"])
-
-
-def case_heading(case: dict) -> str:
-    floor = (f", floor {case['floor_ms']:.4f} ms ({case['bound']})"
-             if "floor_ms" in case else "")
-    flops = f"{case['flops'] / 1e9:.1f} GFLOP, " if case["flops"] else ""
-    tol = f", tolerance {case['tolerance']:.1e}" if case.get("tolerance") else ""
-    return f"{case['workload']} {case['label']}: {flops}{case['bytes'] / 1e6:.1f} MB{floor}{tol}"
-
-
-def messages(case: dict) -> list[str]:
-    return [f"{MODES[m].short}: {r['message']}" for m, r in case["modes"].items()
-            if r.get("message")]
-
-
 def by_workload(doc: dict) -> dict[str, list[dict]]:
     groups: dict[str, list[dict]] = defaultdict(list)
     for case in doc["results"]:
@@ -236,150 +203,8 @@ def ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a and b else None
 
 
-# -- BENCHMARKS.md ----------------------------------------------------------------
+# -- the model workloads (tools/bench.py models) --------------------------------
 
-PLOT_NAME = "linear_speedup.png"
-
-READING = """\
-Every speed here is a ratio against stock Inductor measured in the same run on the
-same GPU; the absolute figures are for orientation only. Each time is the median of
-`triton.testing.do_bench` (warm-up, L2 flushed, inputs rotated through several random
-sets where they fit in the 60 MB L2). *stock* is `torch.compile` with no overlay,
-*overlay* the same with `torch_overlay.enable(...)`; *MA* is
-`mode="max-autotune-no-cudagraphs"`; *addmm_act* is eager
-`torch._addmm_activation(..., use_gelu=True) + r` (cuBLASLt's GELU epilogue).
-*frz* (`stock_freezing`, `overlay_freezing`): `torch._inductor.config.freezing = True`
-under `torch.no_grad()`, the case's weights held as `nn.Parameter`s of a module so that
-freezing folds them into constants (bf16 ones where autocast casts them: its bytes and
-floor still count the fp32 weights); inference cases with weights only.
-`a / b` is how many times faster *a* is than *b*. *best / floor*: the floor is the
-larger of FLOPs over the bf16 cuBLAS rate and bytes (inputs read once, outputs written
-once) over the copy bandwidth, both measured in the same run. Each mode's output is
-compared with an fp64 reference (relative Frobenius error); one whose error exceeds
-4x eager's own is shown as **WRONG** and never as a speed. Compile time is the first
-call after `torch._dynamo.reset()` in a fresh cache directory per mode. A `-` is a
-mode not run: max-autotune runs on the issue's shape sets unless `--max-autotune all`."""
-
-
-def render_markdown(doc: dict | None, plot_link: str | None = None,
-                    notes: str | None = None) -> str:
-    """BENCHMARKS.md from a results document; with None, the skeleton to be filled.
-    ``notes``: a person's reading of this run (NOTES.md beside the JSON), placed first."""
-    env = (doc or {}).get("env", {})
-    ceilings = (doc or {}).get("ceilings")
-    todo = "_to be filled: run the command above_"
-
-    def field(key):
-        return env.get(key) or f"_{key}_"
-    out = ["# Benchmarks", "",
-           "torch_overlay against stock Inductor, every figure of a table measured in one run "
-           "on one GPU.", "",
-           "| | |", "|---|---|",
-           f"| GPU | {field('gpu')} |",
-           f"| date | {field('date')} |",
-           f"| versions | torch {field('torch')}, triton {field('triton')}, CUDA {field('cuda')}, "
-           f"Python {field('python')} |",
-           f"| torch_overlay | {field('torch_overlay')} (git {field('git')}) |",
-           f"| overlays | {', '.join(env.get('overlays') or []) or '_overlays_'} |",
-           f"| command | `{env.get('command', 'python tools/bench.py --out bench_out')}` |", "",
-           "Every number is in `tools/bench_results/bench.json`; this page is rendered from it "
-           "by `python tools/bench.py --report tools/bench_results/bench.json > BENCHMARKS.md`. "
-           "A full run takes about 6 minutes on an H200; `--quick` checks the tool in under one.",
-           ""]
-    if notes:
-        out += [notes.strip(), ""]
-    out += ["## How to read these tables", "", READING, "",
-           "## Ceilings, measured in the same run", ""]
-    if ceilings:
-        out += [f"- device copy: {ceilings['copy_GBps'] / 1e3:.2f} TB/s (bytes read + written)",
-                f"- bf16 cuBLAS {ceilings['mm_shape']}: "
-                f"{ceilings['bf16_mm_TFLOPs']:.0f} TFLOP/s", ""]
-    else:
-        out += [todo, ""]
-    groups = by_workload(doc) if doc else {}
-    for workload, spec in WORKLOADS.items():
-        out += [f"## {workload}: {spec.title}", "", spec.notes, ""]
-        cases = groups.get(workload)
-        if not cases:
-            out += [todo, ""]
-            continue
-        out += [markdown_table(*summary_table(cases)), ""]
-        if workload == "linear" and plot_link:
-            out += [f"![speedup over stock default against M]({plot_link})", ""]
-        out += ["<details><summary>Every mode of every case</summary>", ""]
-        for case in cases:
-            out += [f"**{case_heading(case)}**", "",
-                    markdown_table(detail_headers(), detail_rows(case)), ""]
-            out += [f"- {m}" for m in messages(case)] + ([""] if messages(case) else [])
-        out += ["</details>", ""]
-    if doc and doc.get("compile_only"):
-        out += ["## Compile time through the GPU-free harness", "",
-                "Inductor's own compile (tracing, lowering, code generation) for the H200 "
-                "profile, without Triton's kernel compilation.", "",
-                markdown_table(*compile_only_table(doc["compile_only"])), ""]
-    return "\n".join(out)
-
-
-# -- the plot ---------------------------------------------------------------------
-
-def write_plot(doc: dict, path: pathlib.Path) -> str:
-    """Speedup over stock default against M, one panel per (N, K) of the linear set."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return "matplotlib is not installed: no plot (pip install matplotlib)"
-    series = linear_speedups(doc)
-    if not series:
-        return "no linear results to plot"
-    panels = sorted({nk for nk, _ in series})
-    ncols = min(3, len(panels))
-    nrows = math.ceil(len(panels) / ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(4.5 * ncols, 3.4 * nrows), sharey=True,
-                             squeeze=False)
-    for ax, nk in zip(axes.flat, panels):
-        for (panel, mode), points in series.items():
-            if panel == nk:
-                ms, ys = zip(*sorted(points))
-                # a mode keeps its colour in every panel
-                ax.plot(ms, ys, marker="o", color=f"C{list(MODES).index(mode)}",
-                        label=MODES[mode].short)
-        ax.axhline(1.0, color="grey", linewidth=0.8)
-        ax.set_xscale("log", base=2)
-        ax.set_title(f"N={nk[0]}, K={nk[1]}")
-        ax.set_xlabel("M")
-        ax.legend(fontsize="small")
-    for ax in axes.flat[len(panels):]:
-        ax.set_visible(False)
-    for row in axes:
-        row[0].set_ylabel("speedup over stock default")
-    env = doc.get("env", {})
-    fig.suptitle(f"F.linear, bf16 autocast: {env.get('gpu', '')} {env.get('date', '')[:10]}, "
-                 f"torch {env.get('torch', '')}, triton {env.get('triton', '')}")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return f"plot: {path}"
-
-
-def linear_speedups(doc: dict) -> dict[tuple, list[tuple[int, float]]]:
-    """{((N, K), mode): [(M, speedup over stock default)]} for the ok results."""
-    series: dict[tuple, list[tuple[int, float]]] = defaultdict(list)
-    for case in doc["results"]:
-        if case["workload"] != "linear":
-            continue
-        p = case["params"]
-        for mode, result in case["modes"].items():
-            value = result.get("speedup", {}).get("stock")
-            if mode != "stock" and value is not None:
-                series[((p["N"], p["K"]), mode)].append((p["M"], value))
-    return dict(series)
-
-
-# -- the model workloads (tools/bench.py --models) --------------------------------
-
-MODELS_PLOT_NAME = "models_speedup.png"
 MODEL_PAIRS = [("stock", "overlay"), ("stock_freezing", "overlay_freezing")]
 
 
@@ -463,101 +288,246 @@ def models_summary(doc: dict) -> str:
     return "\n".join(parts)
 
 
-MODELS_READING = """\
-Whole decoder stacks from `tools/bench_models.py` (plain PyTorch, random weights; the
-dimensions of public configs, a few layers), fp32 parameters under bf16 autocast,
-`torch.compile` default mode, stock and overlay in the same process from the same
-weights. *decode B=b*: one token per sequence at position 512 of a 1024-long static KV
-cache (random keys and values), logits of that token; *graphs*: the same under
-`mode="reduce-overhead"` (CUDA graphs); *prefill 512*: 512 tokens into the cache, the
-last token's logits; *train*: forward, cross-entropy, backward and a fused AdamW step
-(the optimizer runs eagerly; only the model is compiled); *live decode*: the plain
-decode compile called again right after those optimizer steps, the weights changed in
-place (as in RL rollouts: freezing cannot serve it, its constants would be stale).
-*frz*: `torch._inductor.config.freezing = True` under `torch.no_grad()` (the weights are
-`nn.Parameter`s, folded into constants: fp32 weights become bf16 constants, cast once).
-Times are do_bench medians (L2 flushed before each call); eager is timed without a
-compile. The *weight floor* of a decode row is the fp32 parameter bytes a step reads
-(all but lookup tables) over the measured copy bandwidth; a frozen side can pass 100%
-because it reads bf16 copies. Errors are relative Frobenius norms of the logits (the
-loss for *train*) against the fp64 model on the same inputs and caches, in brackets
-eager's own; a side over 4x eager's error is **WRONG** and not timed. *max abs ovl vs
-stock*: overlay's logits against stock's. Compile time is the first call. Each side
-(stock, then overlay) runs in one fresh Inductor and Triton cache directory, its groups in
-this order, each after `torch._dynamo.reset()`: default compile (decode, prefill; its
-first row compiles cold), freezing, CUDA graphs, train then live decode (a recompile);
-a later group's compile reuses the kernels it shares with earlier ones, alike on both sides.
-*peak +GB*: `torch.cuda.max_memory_allocated()` over the row (compile included) above
-what was allocated before it (weights, caches, optimizer state held from earlier rows)."""
+# -- BENCHMARKS.md: the newest measurement of each row, per GPU and release -----------
+
+RESULTS = pathlib.Path(__file__).resolve().parent / "bench_results"
+FAMILIES = ("decode", "dynamic batch", "batched", "training", "operators", "max-autotune",
+            "freezing")
+ZOO_FAMILY = {"decode1": "decode", "decode_dyn": "dynamic batch", "batch8": "batched",
+              "train": "training"}
+# per operator family: the modes it shows, and the (faster, baseline) ratios
+OPS_FAMILY = {
+    "operators": (("eager", "stock", "overlay"), [("overlay", "stock"), ("overlay", "eager")]),
+    "max-autotune": (("stock", "stock-max-autotune", "overlay", "overlay-max-autotune",
+                      "prologue-max-autotune"),
+                     [("overlay", "stock-max-autotune"),
+                      ("overlay-max-autotune", "stock-max-autotune"),
+                      ("prologue-max-autotune", "stock-max-autotune")]),
+    "freezing": (("stock", "stock_freezing", "overlay", "overlay_freezing"),
+                 [("overlay_freezing", "stock_freezing"), ("overlay", "stock_freezing")]),
+}
+ZOO_MODELS = ("llama3-8b", "qwen2-7b", "pythia-1.4b", "gpt2-large", "t5-large", "bert-large",
+              "vit-large")
+FAMILY_TEXT = {
+    "decode": "One token at batch 1, a decoder step without KV cache (T5-large attends to 128 "
+              "cached encoder states). `bench.py zoo --rows decode1`.",
+    "dynamic batch": "The same step with the batch dim `mark_dynamic`, compiled at B = 4 and "
+                     "timed at 1, 4, 16 (B = 1 recompiles). `bench.py zoo --rows decode_dyn`.",
+    "batched": "8 x 128 tokens (8 images for ViT): where the plan keeps stock's code. "
+               "`bench.py zoo --rows batch8`.",
+    "training": "Forward and backward of the batched row; errors are those of every "
+                "parameter's gradient. `bench.py zoo --rows train`.",
+    "operators": "Single operators under bf16 autocast with fp32 inputs, default "
+                 "`torch.compile` mode, against stock and eager autocast. `bench.py ops`.",
+    "max-autotune": "The same under `mode=\"max-autotune-no-cudagraphs\"` (*MA*); *MA + pd* is "
+                    "stock max-autotune with `prologue_downcast` alone. "
+                    "`bench.py ops --modes stock-max-autotune,overlay-max-autotune`.",
+    "freezing": "`torch._inductor.config.freezing=True`, weights folded into constants "
+                "(inference only): single operators (`bench.py ops --modes stock_freezing,"
+                "overlay_freezing`), then whole decoder stacks (`bench.py models`).",
+}
+HOW_MEASURED = """\
+Every figure is a time measured on the GPU named above its table, with the torch and
+triton releases named there, on the date in its row's *measured* column; ratios are
+how many times faster the first side is, both sides measured in the same run.
+
+- *profiler*: GPU kernel time of one call (torch.profiler's CUDA events, summed over
+  20 calls after 3 warm-up calls); each side compiled cold in its own cache, timed in
+  both orders, the faster of N compiles a side (*cN*). fp32 parameters under bf16
+  autocast, random weights of the public configs' dimensions, 2 layers.
+- *graph*: a CUDA-graph replay of one call per input set, inputs rotated past the L2;
+  *do_bench*: `triton.testing.do_bench` median of the calls, host included. *pN*: the
+  modes measured N times in alternating order, the lower median kept.
+- Errors are relative (rms for the zoo) against an fp64 reference; a result more than
+  4x eager's error is **WRONG** and never timed."""
 
 
-def render_models_markdown(doc: dict, plot_link: str | None = None,
-                           notes: str | None = None) -> str:
-    """The models section; ``notes``: a person's reading (MODELS_NOTES.md beside the JSON)."""
-    env = doc.get("env", {})
-    c = doc.get("ceilings") or {}
-    out = ["## models: what a model gains, decode to training", "",
-           f"Run {env.get('date', '?')} on {env.get('gpu', '?')}, torch {env.get('torch', '?')}, "
-           f"triton {env.get('triton', '?')}, CUDA {env.get('cuda', '?')}, git "
-           f"{env.get('git', '?')}, overlays {', '.join(env.get('overlays') or []) or '-'}: "
-           f"`{env.get('command', '')}`"
-           + (f", {doc['wall_s']:.0f} s in all." if doc.get("wall_s") else "."), ""]
-    if c:
-        out += [f"Ceilings of that run: device copy {c['copy_GBps'] / 1e3:.2f} TB/s, bf16 "
-                f"cuBLAS {c['bf16_mm_TFLOPs']:.0f} TFLOP/s.", ""]
-    for rec in doc.get("models", []):
-        out.append(f"- **{rec['model']}**: {rec.get('source', '')}; "
-                   + (f"{rec['param_bytes'] / 1e9:.2f} GB of fp32 parameters, a decode step "
-                      f"reads {rec['decode_weight_bytes'] / 1e9:.2f} GB"
-                      if "param_bytes" in rec else rec.get("message", "")))
-    out += [""]
-    if notes:
-        out += [notes.strip(), ""]
-    out += ["### How to read the model tables", "", MODELS_READING, ""]
-    if doc.get("models"):
-        out += [markdown_table(*models_speed_table(doc)), ""]
-        if plot_link:
-            out += [f"![overlay over stock, per model row]({plot_link})", ""]
-        out += [markdown_table(*models_check_table(doc)), ""]
-        out += [f"- {m}" for m in models_messages(doc)]
-    if doc.get("compile_only"):
-        out += ["", "Compile time through the GPU-free harness:", "",
-                markdown_table(*compile_only_table(doc["compile_only"]))]
-    return "\n".join(out) + "\n"
+def result_docs(directory: pathlib.Path = RESULTS) -> list[tuple[str, list[dict]]]:
+    """(file stem, the runs it holds) for each results file, in name order."""
+    return [(p.stem, read_json(p)["runs"]) for p in sorted(directory.glob("*.json"))]
 
 
-def write_models_plot(doc: dict, path: pathlib.Path) -> str:
-    """overlay / stock and overlay frz / stock frz per model row, as horizontal bars."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return "matplotlib is not installed: no plot (pip install matplotlib)"
-    labels, plain, frozen = [], [], []
-    for record, r in model_rows(doc):
-        m = r["modes"]
-        labels.append(f"{record['model']} {r['row']}")
-        plain.append(speedup(m.get("stock"), m.get("overlay")))
-        frozen.append(speedup(m.get("stock_freezing"), m.get("overlay_freezing")))
-    if not any(v for v in plain + frozen):
-        return "no model results to plot"
-    fig, ax = plt.subplots(figsize=(8, 0.35 * len(labels) + 1.5))
-    ys = range(len(labels))
-    ax.barh([y - 0.2 for y in ys], [v or 0 for v in plain], height=0.4, color="C3",
-            label="overlay / stock")
-    ax.barh([y + 0.2 for y in ys], [v or 0 for v in frozen], height=0.4, color="C6",
-            label="overlay frz / stock frz")
-    ax.axvline(1.0, color="grey", linewidth=0.8)
-    ax.set_yticks(list(ys), labels, fontsize="small")
-    ax.invert_yaxis()
-    ax.set_xlabel("speedup over stock Inductor (same run)")
-    ax.legend(fontsize="small")
-    env = doc.get("env", {})
-    ax.set_title(f"models, bf16 autocast: {env.get('gpu', '')} {env.get('date', '')[:10]}, "
-                 f"torch {env.get('torch', '')}, triton {env.get('triton', '')}",
-                 fontsize="small")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return f"plot: {path}"
+def doc_kind(doc: dict) -> str:
+    if isinstance(doc.get("models"), list):
+        return "models"
+    return "ops" if "results" in doc else "zoo"
+
+
+def ops_families(case: dict) -> list[str]:
+    modes = case["modes"]
+    found = ["operators"] if "stock" in modes and "overlay" in modes else []
+    if any(MODES[m].max_autotune for m in modes if m in MODES):
+        found.append("max-autotune")
+    if any(m.endswith("_freezing") for m in modes):
+        found.append("freezing")
+    return found
+
+
+def entries(doc: dict):
+    """(family, key, row) for every row a run measured."""
+    kind = doc_kind(doc)
+    if kind == "ops":
+        for case in doc["results"]:
+            for family in ops_families(case):
+                yield family, case["id"], case
+    elif kind == "zoo":
+        for r in doc["rows"]:
+            if "sides" not in r:  # skipped (time budget) or failed before measuring
+                continue
+            yield ZOO_FAMILY[r["row"]], (r["model"], r["row"], r["batch"]), r
+    else:
+        for record in doc["models"]:
+            for r in record.get("rows", {}).values():
+                yield "freezing", (record["model"], r["row"]), dict(r, model=record["model"])
+
+
+def newest(runs: list[dict]) -> dict[str, dict]:
+    """family -> key -> (doc, row): each row's newest measurement."""
+    found: dict[str, dict] = defaultdict(dict)
+    for doc in sorted(runs, key=lambda d: d["env"]["date"]):
+        for family, key, row in entries(doc):
+            found[family][key] = (doc, row)
+    return found
+
+
+def timing(doc: dict) -> str:
+    """How a run measured, in a table cell (HOW_MEASURED says what the words mean)."""
+    settings, command = doc.get("settings") or {}, doc["env"].get("command", "")
+    if doc_kind(doc) == "zoo":
+        compiles = settings.get("compiles")
+        return "profiler" + (f", c{compiles}" if compiles else "")
+    timer = "graph" if settings.get("timer") == "CUDA-graph replay" else "do_bench"
+    passes = re.search(r"--passes (\d+)", command)
+    return timer + (f", p{passes.group(1)}" if passes else "")
+
+
+def measured(doc: dict) -> str:
+    return f"{doc['env']['date'][:10]}, {timing(doc)}"
+
+
+def natural(text: str) -> list:
+    return [(0, int(t), "") if t.isdigit() else (1, 0, t) for t in re.split(r"(\d+)", text)]
+
+
+def us(result: dict | None) -> str:
+    """A mode's time in microseconds; a result that is not ok shows its status."""
+    if not result:
+        return "-"
+    if result.get("status") != "ok":
+        return "n/a" if result.get("status") == "n/a" else f"**{result['status']}**"
+    return f"{1000 * result['ms']:.1f}"
+
+
+def ops_table(family: str, rows: dict) -> str:
+    wanted, pairs = OPS_FAMILY[family]
+    order = list(WORKLOADS)
+    cases = sorted(rows.values(), key=lambda dr: (order.index(dr[1]["workload"]),
+                                                  natural(dr[1]["label"])))
+    present = {m for _, c in cases for m in c["modes"] if m in wanted}
+    modes = [m for m in wanted if m in present]
+    pairs = [(a, b) for a, b in pairs if a in present and b in present]
+    headers = (["case"] + [MODES[m].short + " us" for m in modes]
+               + [f"{MODES[a].short} / {MODES[b].short}" for a, b in pairs] + ["measured"])
+    body = [[f"{c['workload']} {c['label']}"] + [us(c["modes"].get(m)) for m in modes]
+            + [number(speedup(c["modes"].get(b), c["modes"].get(a))) for a, b in pairs]
+            + [measured(doc)] for doc, c in cases]
+    return markdown_table(headers, body)
+
+
+def zoo_order(item) -> tuple:
+    (model, _, batch), _ = item
+    return (ZOO_MODELS.index(model) if model in ZOO_MODELS else len(ZOO_MODELS)), model, batch
+
+
+def zoo_table(family: str, rows: dict) -> str:
+    if family == "dynamic batch":
+        return dynamic_table(rows)
+    headers = ["model", "B", "stock us", "overlay us", "overlay / stock",
+               "rms err stock / overlay", "peak MiB stock / overlay", "measured"]
+    body = []
+    for (model, _, batch), (doc, r) in sorted(rows.items(), key=zoo_order):
+        stock, overlay = r["sides"]["stock"], r["sides"]["overlay"]
+
+        def pair(k, fmt):
+            a, b = stock.get(k), overlay.get(k)
+            return "-" if a is None or b is None else f"{a:{fmt}} / {b:{fmt}}"
+        body.append([model, str(batch), f"{stock['mean_us']:.1f}", f"{overlay['mean_us']:.1f}",
+                     f"{r['ratio']:.2f}x", pair("rms_err", ".2e"), pair("peak_mib", ".0f"),
+                     measured(doc)])
+    return markdown_table(headers, body)
+
+
+def dynamic_table(rows: dict) -> str:
+    """One line a model: stock / overlay us (overlay / stock) at each batch size."""
+    batches = sorted({batch for _, _, batch in rows})
+    cells: dict[str, dict] = {}
+    for (model, _, batch), (doc, r) in sorted(rows.items(), key=zoo_order):
+        line = cells.setdefault(model, {"measured": set()})
+        line[batch] = (f"{r['sides']['stock']['mean_us']:.1f} / "
+                       f"{r['sides']['overlay']['mean_us']:.1f} ({r['ratio']:.2f}x)")
+        line["measured"].add(measured(doc))
+    headers = ["model"] + [f"B = {b}: stock / overlay us" for b in batches] + ["measured"]
+    return markdown_table(headers, [[model] + [line.get(b, "-") for b in batches]
+                                    + ["; ".join(sorted(line["measured"]))]
+                                    for model, line in cells.items()])
+
+
+def stacks_table(rows: dict) -> str:
+    modes = ["eager", "stock", "overlay", "stock_freezing", "overlay_freezing"]
+    pairs = [("overlay", "stock"), ("overlay_freezing", "stock_freezing"),
+             ("stock_freezing", "stock")]
+    headers = (["model", "row"] + [MODES[m].short + " us" for m in modes]
+               + [f"{MODES[a].short} / {MODES[b].short}" for a, b in pairs] + ["measured"])
+    body = [[r["model"], r["row"]] + [us(r["modes"].get(m)) for m in modes]
+            + [number(speedup(r["modes"].get(b), r["modes"].get(a))) for a, b in pairs]
+            + [measured(doc)] for (doc, r) in rows.values()
+            if any(m.endswith("_freezing") for m in r["modes"])]
+    return markdown_table(headers, body)
+
+
+def family_tables(family: str, rows: dict) -> list[str]:
+    if family in ZOO_FAMILY.values():
+        return [zoo_table(family, rows)]
+    by_kind: dict[str, dict] = defaultdict(dict)
+    for key, (doc, r) in rows.items():
+        by_kind[doc_kind(doc)][key] = (doc, r)
+    out = [ops_table(family, by_kind["ops"])] if by_kind["ops"] else []
+    if by_kind["models"]:
+        out += ["", "Whole decoder stacks (2-4 layers of the public configs, plain PyTorch):",
+                "", stacks_table(by_kind["models"])]
+    return out
+
+
+def heading(docs: list[dict]) -> str:
+    env = docs[0]["env"]
+    gpu = env["gpu"].removeprefix("NVIDIA ")
+    dates = sorted(d["env"]["date"][:10] for d in docs)
+    span = dates[0] if dates[0] == dates[-1] else f"{dates[0]} to {dates[-1]}"
+    triton = sorted({d["env"]["triton"] for d in docs})
+    return (f"### {gpu}, torch {env['torch'].split(' ')[0]}, triton {', '.join(triton)}; "
+            f"measured {span}")
+
+
+def render_benchmarks(files: list[tuple[str, list[dict]]]) -> str:
+    """BENCHMARKS.md: per workload family, one table per results file (GPU and release)."""
+    out = ["# Benchmarks", "",
+           "torch_overlay against stock Inductor: the newest measurement of each row, per "
+           "workload family, GPU and release. Rendered from `tools/bench_results/*.json` by "
+           "`python tools/bench.py report > BENCHMARKS.md` (a test keeps it current); "
+           "earlier measurements are in git history.", "", "## How it is measured", "",
+           HOW_MEASURED, ""]
+    found = [(stem, newest(runs)) for stem, runs in files]
+    for family in FAMILIES:
+        out += [f"## {family[0].upper() + family[1:]}", "", FAMILY_TEXT[family], ""]
+        for _, rows in found:
+            if family not in rows:
+                continue
+            docs = list({id(d): d for d, _ in rows[family].values()}.values())
+            out += [heading(docs)] + family_tables(family, rows[family])
+        out.append("")
+    return "\n".join(out).rstrip() + "\n"
+
+
+def render_run(doc: dict) -> str:
+    """One run's tables (bench.md / models.md / zoo.md beside its JSON)."""
+    return render_benchmarks([("run", [doc])])

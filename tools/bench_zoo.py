@@ -1,7 +1,7 @@
-"""tools/bench.py --zoo: transformers architectures, stock Inductor against the overlays.
+"""tools/bench.py zoo: transformers architectures, stock Inductor against the overlays.
 
-    python tools/bench.py --zoo --out DIR [--models a,b] [--rows decode1,batch8] [--budget-s N]
-    python tools/bench.py --zoo --compile-only     tiny configs, GPU-free code generation
+    python tools/bench.py zoo --out DIR [--models a,b] [--rows decode1,batch8] [--budget-s N]
+    python tools/bench.py zoo --compile-only     tiny configs, GPU-free code generation
 
 Models from ``transformers`` config classes, random weights (nothing is downloaded), the
 public configs' dimensions and vocabularies, 2 layers. fp32 parameters under bf16 autocast,
@@ -40,8 +40,8 @@ from unittest import mock
 import torch
 
 import torch_overlay
-from bench import (environment, gpu_available, log, median_ms, one_line, probe_overlays,
-                   warm_up_compiler)
+from bench_common import (environment, gpu_available, log, median_ms, one_line,
+                          probe_overlays, warm_up_compiler)
 from bench_report import markdown_table, text_table, write_json
 
 ROWS = ("decode1", "decode_dyn", "batch8", "train")
@@ -480,7 +480,7 @@ def run(args, argv) -> int:
         torch_overlay.enable()
     except torch_overlay.OverlayError as e:  # then both sides are stock Inductor
         log(f"overlays not enabled: {e}")
-    env = {**environment(["--zoo", *argv], overlays), "transformers": transformers.__version__,
+    env = {**environment(["zoo", *argv], overlays), "transformers": transformers.__version__,
            "compile_workers": workers}
     timer, timer_name = pick_timer()
     doc = {"env": env, "settings": {"timer": timer_name, "warmup": WARMUP, "iters": ITERS,
@@ -616,7 +616,7 @@ def compile_only(names, rows=("decode1", "batch8")) -> list[dict]:
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="bench.py --zoo", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="bench.py zoo", description=__doc__.splitlines()[0])
     p.add_argument("--out", type=pathlib.Path, default=pathlib.Path("bench_out"),
                    help="directory for zoo.json and zoo.md (default: bench_out)")
     p.add_argument("--models", type=lambda s: s.split(","), default=list(SPECS),
@@ -634,7 +634,7 @@ def main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     unknown = [m for m in args.models if m not in SPECS] + [r for r in args.rows if r not in ROWS]
     if unknown:
-        print(f"bench.py --zoo: unknown {', '.join(unknown)}", file=sys.stderr)
+        print(f"bench.py zoo: unknown {', '.join(unknown)}", file=sys.stderr)
         return 2
     if args.list:
         for s in (SPECS[m] for m in args.models):
@@ -643,7 +643,7 @@ def main(argv: list[str]) -> int:
     try:
         import transformers  # noqa: F401
     except ImportError:
-        print("bench.py --zoo: needs transformers (pip install -e '.[bench]')", file=sys.stderr)
+        print("bench.py zoo: needs transformers (pip install -e '.[bench]')", file=sys.stderr)
         return 2
     if args.compile_only:
         results = compile_only(args.models, [r for r in args.rows if r in ("decode1", "batch8")])
@@ -654,7 +654,7 @@ def main(argv: list[str]) -> int:
                          str(r.get("counters", r.get("message")))] for r in results]))
         return 0 if all(r["status"] == "ok" for r in results) else 1
     if not gpu_available():
-        print("bench.py: no CUDA GPU here; --zoo needs one (--zoo --compile-only and "
-              "--zoo --list run without)", file=sys.stderr)
+        print("bench.py: no CUDA GPU here; zoo needs one (zoo --compile-only and "
+              "zoo --list run without)", file=sys.stderr)
         return 1
     return run(args, argv)

@@ -1,5 +1,5 @@
-"""The value criterion for 16-bit autocast matmuls, one implementation for
-tools/check_tensorcore_mm.py and test/test_tensorcore_mm_numerics.py (so the two cannot disagree).
+"""The value criterion for 16-bit autocast matmuls, one implementation for the GPU value
+tests of test/test_tensorcore_mm_numerics.py (so they cannot disagree).
 
 ``references`` computes what an output is judged against, ``compare`` measures it and
 ``verdict`` decides. The definition is at ``compare``.

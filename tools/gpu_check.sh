@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# The GPU half of the test suite, run on the H200 machine from the repo root:
-#   bash tools/h200_check.sh [pytest args and test files; default: test/]
+# The GPU half of the test suite, from the repo root on a machine with a CUDA GPU:
+#   bash tools/gpu_check.sh [pytest args and test files; default: test/]
 # The same tests as CI, now against the real GPU: goldens generated on the device must
 # equal the GPU-free ones (test_harness checks fake == real byte for byte), and the
-# GPU-only correctness tests run. expecttest is not in that machine's image: carry its
-# wheel in .whl/ (CONTRIBUTING.md says how).
+# GPU-only correctness tests run. Wheels in .whl/ (expecttest, where the image lacks it)
+# are installed first.
 set -uo pipefail
-out="${OUT:-/tmp/h200_check}"
+out="${OUT:-/tmp/gpu_check}"
 mkdir -p "$out"
 if ls .whl/*.whl >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
