@@ -409,9 +409,15 @@ class TestApply(TestCase):
 
     def test_installed_outside_the_checkout(self):
         # a non-editable install: the console script and python -m, from another folder
-        target = self.tmp / "target"
+        target, src = self.tmp / "target", self.tmp / "src"
+        # a copy: the build leaves build/ in the tree it builds
+        src.mkdir()
+        for name in ("setup.cfg", "pyproject.toml", "README.md"):
+            shutil.copy(REPO / name, src / name)
+        shutil.copytree(REPO / "torch_overlay", src / "torch_overlay",
+                        ignore=shutil.ignore_patterns("__pycache__"))
         out = self.run_cmd(sys.executable, "-m", "pip", "install", "-q", "--no-deps",
-                           "--no-compile", "--target", target, REPO)
+                           "--no-compile", "--target", target, src)
         self.assertEqual(out.returncode, 0, out.stderr[-3000:])
         env = dict(self.env, PYTHONPATH=os.pathsep.join(filter(None, [
             str(target), self.env.get("PYTHONPATH")])))
