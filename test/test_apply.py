@@ -1,6 +1,11 @@
 # Owner(s): ["module: inductor"]
-"""tools/apply.py: install/remove of the activation hook, status, run, demo, refusals."""
-import importlib.util
+"""The torch-overlay command (tools/apply.py in a checkout): install/remove of the
+activation hook, status, run, demo, refusals; the flags and log artifacts it gives.
+
+The hook is installed into a temporary virtualenv that sees this environment's packages,
+never into this environment's own site-packages, where every other process would meet it."""
+import contextlib
+import io
 import json
 import os
 import pathlib
@@ -15,14 +20,42 @@ from unittest import mock
 from torch._inductor.test_case import run_tests, TestCase
 
 import torch_overlay
+from torch_overlay import cli
 from torch_overlay._autoload import declare_flags, prepend_pythonpath, write_sitecustomize
 from torch_overlay._registry import REGISTRY
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 APPLY = REPO / "tools" / "apply.py"
-spec = importlib.util.spec_from_file_location("apply_tool", APPLY)
-apply_tool = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(apply_tool)
+
+# makes a temporary virtualenv see this environment's packages (their .pth files
+# processed, as site does), except the activation hook's
+PARENT_SITE = textwrap.dedent("""
+    import os, site, sys
+    for d in {dirs!r}:
+        if os.path.isdir(d) and d not in sys.path:
+            sys.path.append(d)
+            for name in sorted(os.listdir(d)):
+                if name.endswith(".pth") and name != {pth!r}:
+                    site.addpackage(d, name, None)
+""")
+
+
+def temporary_env(folder: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path]:
+    """A virtualenv in ``folder`` over this environment's packages: its python and its
+    site-packages (where the hook goes)."""
+    import site
+    import sysconfig
+
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True)
+    python = folder / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+    purelib = pathlib.Path(subprocess.check_output(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        text=True).strip())
+    dirs = [*site.getsitepackages(), sysconfig.get_paths()["purelib"]]
+    (purelib / "_torch_overlay_parent_site.py").write_text(
+        PARENT_SITE.format(dirs=dirs, pth=cli.PTH_NAME))
+    (purelib / "_torch_overlay_parent_site.pth").write_text("import _torch_overlay_parent_site\n")
+    return python, purelib
 
 # what a user's process reports once torch.compile has imported Inductor
 PROBE = ("import torch._inductor.compile_fx, torch_overlay;"
@@ -69,14 +102,22 @@ def snapshot(directory: pathlib.Path) -> dict:
 
 
 class TestApply(TestCase):
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.tmp = pathlib.Path(tempfile.mkdtemp(prefix="torch_overlay_env_"))
+        cls.python, cls.site = temporary_env(cls.tmp / "venv")
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+        super().tearDownClass()
+
     def setUp(self):
         super().setUp()
-        self.site = apply_tool.site_packages()
-        self.pth = self.site / apply_tool.PTH_NAME
-        # a developer's own activation survives the test
-        self.saved = self.pth.read_text() if self.pth.exists() else None
-        if self.saved is not None:
-            self.pth.unlink()
+        self.pth = self.site / cli.PTH_NAME
+        # this environment's own site-packages, which no test may change
+        self.own = snapshot(cli.site_packages())
         self.env = {k: v for k, v in os.environ.items()
                     if k not in ("TORCH_OVERLAY", "TORCH_OVERLAY_DISABLE", "TORCH_OVERLAY_FORCE")}
         # without the activation conftest gives the suite's child processes: these tests
@@ -86,18 +127,16 @@ class TestApply(TestCase):
             if p and not os.path.basename(p).startswith("torch_overlay_children_"))
 
     def tearDown(self):
-        if self.pth.exists():
-            self.pth.unlink()
-        if self.saved is not None:
-            self.pth.write_text(self.saved)
+        self.pth.unlink(missing_ok=True)
+        self.assertEqual(snapshot(cli.site_packages()), self.own)
         super().tearDown()
 
-    def run_cmd(self, *args, env=None):
-        return subprocess.run(list(args), capture_output=True, text=True, timeout=600,
-                              env=env or self.env, cwd=REPO)
+    def run_cmd(self, *args, env=None, cwd=REPO):
+        return subprocess.run([str(a) for a in args], capture_output=True, text=True,
+                              timeout=600, env=env or self.env, cwd=cwd)
 
     def apply(self, *args, env=None):
-        return self.run_cmd(sys.executable, str(APPLY), *args, env=env)
+        return self.run_cmd(self.python, APPLY, *args, env=env)
 
     def test_install_activates_every_process_and_remove_restores_site_packages(self):
         before = snapshot(self.site)
@@ -106,17 +145,25 @@ class TestApply(TestCase):
         self.assertIn(f"installed {self.pth}", out.stdout)
         self.assertIn("activation hook: installed", out.stdout)
         names = torch_overlay.load_overlays()
-        probe = self.run_cmd(sys.executable, "-c", PROBE)
+        probe = self.run_cmd(self.python, "-c", PROBE)
         self.assertIn("enabled=" + ",".join(names), probe.stdout, probe.stderr)
         # the kill switch wins over the hook
-        killed = self.run_cmd(sys.executable, "-c", PROBE,
+        killed = self.run_cmd(self.python, "-c", PROBE,
                               env=dict(self.env, TORCH_OVERLAY_DISABLE="1"))
         self.assertIn("enabled=\n", killed.stdout, killed.stderr)
-        out = self.apply("--remove")
-        self.assertEqual(out.returncode, 0, out.stderr)
-        self.assertEqual(snapshot(self.site), before)
+        # this environment's processes never see it
         probe = self.run_cmd(sys.executable, "-c", PROBE)
         self.assertIn("enabled=\n", probe.stdout, probe.stderr)
+        out = self.apply("remove")
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertEqual(snapshot(self.site), before)
+        probe = self.run_cmd(self.python, "-c", PROBE)
+        self.assertIn("enabled=\n", probe.stdout, probe.stderr)
+        # the older spelling of remove
+        self.apply("apply")
+        self.assertTrue(self.pth.exists())
+        self.assertEqual(self.apply("--remove").returncode, 0)
+        self.assertEqual(snapshot(self.site), before)
 
     def with_hook(self, env=None):
         """``env`` with the activation hook at interpreter start (as ``apply.py run``)."""
@@ -153,8 +200,18 @@ class TestApply(TestCase):
         out = self.run_cmd(sys.executable, "-c", probe, env=env)
         self.assertEqual(out.returncode, 0, out.stderr[-3000:])
         self.assertIn("enabled True", out.stdout)
-        stock = self.run_cmd(sys.executable, "-c", probe, env=dict(self.env, TORCH_LOGS="tensorcore_mm"))
+        env = dict(self.env, TORCH_LOGS="tensorcore_mm")
+        stock = self.run_cmd(sys.executable, "-c", probe, env=env)
         self.assertNotEqual(stock.returncode, 0)  # unknown to a stock torch
+        # without the hook, importing torch_overlay first names them
+        out = self.run_cmd(sys.executable, "-c", "import torch_overlay\n" + probe, env=env)
+        self.assertEqual(out.returncode, 0, out.stderr[-3000:])
+        self.assertIn("enabled True", out.stdout)
+        # and status says what a process needs
+        out = self.apply("status", env=env)
+        self.assertEqual(out.returncode, 0, out.stderr[-3000:])
+        self.assertIn("TORCH_LOGS names tensorcore_mm: a process without the activation hook "
+                      "must import torch_overlay before torch", out.stdout)
 
     def test_without_the_hook_the_flags_do_not_exist(self):
         out = self.run_cmd(sys.executable, "-c", STOCK)
@@ -163,6 +220,19 @@ class TestApply(TestCase):
                       out.stdout)
         self.assertIn("declared: False", out.stdout)
 
+    def forget_the_hook(self):
+        """After a test that ran the hook's steps in this process: the flags as an
+        in-process enable leaves them."""
+        from torch._inductor import config
+
+        # run last to first
+        self.addCleanup(torch_overlay.enable)
+        self.addCleanup(lambda: self.assertFalse(
+            any(o.flag in config._config for o in torch_overlay.OVERLAYS)))
+        self.addCleanup(torch_overlay.disable)
+        self.addCleanup(REGISTRY._early_off.clear)
+        self.addCleanup(REGISTRY._kept.clear)
+
     def test_flags_declared_early_follow_the_selection_and_the_kill_switch(self):
         # in this process: the overlays off, then what the hook does at the config's import
         from torch._inductor import config
@@ -170,37 +240,40 @@ class TestApply(TestCase):
         if torch_overlay.killed():
             self.skipTest("TORCH_OVERLAY_DISABLE is set")
         flags = {o.name: o.flag for o in torch_overlay.OVERLAYS}
-        self.addCleanup(torch_overlay.enable)
+        torch_overlay.disable()
+        self.assertFalse(any(f in config._config for f in flags.values()))
+        self.forget_the_hook()
         with mock.patch.dict(os.environ):
             os.environ.pop("TORCH_OVERLAY", None)  # a caller's selection
-            torch_overlay.disable()
             with mock.patch.dict(os.environ, {"TORCH_OVERLAY_DISABLE": "1"}):
                 declare_flags()
-            self.assertFalse(any(f in config._config for f in flags.values()))
+            # every flag declared, off: the user's settings code runs
+            self.assertEqual({f: getattr(config, f) for f in flags.values()},
+                             dict.fromkeys(flags.values(), False))
+            torch_overlay.disable()
             with mock.patch.dict(os.environ, {"TORCH_OVERLAY": "tensorcore_mm"}):
-                declare_flags()  # with what it requires
-            self.assertEqual([n for n, f in flags.items() if f in config._config],
+                declare_flags()  # on with what it requires, the others off
+            self.assertEqual([n for n, f in flags.items() if getattr(config, f)],
                              ["matmul_meta", "tensorcore_mm"])
-            self.assertTrue(config.tensorcore_mm_autocast)
             config.tensorcore_mm_autocast = False
             torch_overlay.enable()
-            # adopted as the user left it; a flag not declared early is turned on
+            # adopted as the user left it; a flag declared off is turned on
             self.assertFalse(config.tensorcore_mm_autocast)
             self.assertTrue(config.autocast_matmul_meta and config.gelu_add_fusion)
-            torch_overlay.disable()  # removes adopted flags as its own
-            self.assertFalse(any(f in config._config for f in flags.values()))
-            declare_flags()
-            torch_overlay.disable()  # and flags declared early that no enable adopted
-            self.assertFalse(any(f in config._config for f in flags.values()))
-            self.assertEqual(REGISTRY._early, {})
+            self.assertTrue(config.prologue_fusion_downcast)
+            torch_overlay.disable()  # the hook's flags stay declared, off
+            self.assertEqual({f: getattr(config, f) for f in flags.values()},
+                             dict.fromkeys(flags.values(), False))
+            torch_overlay.enable(["gelu_add"])
+            self.assertEqual([n for n, f in flags.items() if getattr(config, f)], ["gelu_add"])
 
-    def test_the_hook_removes_the_flags_of_overlays_it_could_not_enable(self):
+    def test_the_hook_turns_off_the_flags_of_overlays_it_could_not_enable(self):
         from torch._inductor import config
 
         from torch_overlay._autoload import activate
 
-        self.addCleanup(torch_overlay.enable)
         torch_overlay.disable()
+        self.forget_the_hook()
         declare_flags()
         refusal = torch_overlay.OverlayError("overlay 'x' refused: drift")
         # not assertWarns: it reads every module in sys.modules, and transformers' lazy
@@ -213,7 +286,24 @@ class TestApply(TestCase):
             [str(w.message) for w in caught if "stock Inductor in use" in str(w.message)],
             [f"torch_overlay: overlays not enabled, stock Inductor in use: {refusal}"],
         )
-        self.assertFalse(any(o.flag in config._config for o in torch_overlay.OVERLAYS))
+        self.assertEqual({o.flag: getattr(config, o.flag) for o in torch_overlay.OVERLAYS},
+                         {o.flag: False for o in torch_overlay.OVERLAYS})
+        self.assertEqual(REGISTRY.enabled(), [])
+
+    def test_flags_exist_under_the_kill_switch_and_a_selection(self):
+        # the user's settings code runs whatever the hook enables
+        for extra in ({"TORCH_OVERLAY_DISABLE": "1"}, {"TORCH_OVERLAY": "gelu_add"},
+                      {"TORCH_OVERLAY": "bogus"}):
+            out = self.run_cmd(sys.executable, "-W", "ignore", "-c", PATCH_EARLY,
+                               env=dict(self.with_hook(), **extra))
+            self.assertEqual(out.returncode, 0, out.stderr[-3000:])
+            got = json.loads(out.stdout.strip().splitlines()[-1])
+            enabled = ["gelu_add"] if extra.get("TORCH_OVERLAY") == "gelu_add" else []
+            self.assertEqual(got, {"inside": False, "after": False, "enabled": enabled}, extra)
+            out = self.run_cmd(sys.executable, "-W", "ignore", "-c", STOCK,
+                               env=dict(self.with_hook(), **extra))
+            self.assertNotIn("AttributeError", out.stdout + out.stderr, extra)
+            self.assertIn("declared: True", out.stdout, extra)
 
     def test_status(self):
         out = self.apply("status")
@@ -225,6 +315,31 @@ class TestApply(TestCase):
         for name in torch_overlay.load_overlays():
             self.assertRegex(out.stdout, rf"(?m)^{name}: ")
         self.assertIn("activation hook: not installed", out.stdout)
+
+    def test_status_before_the_first_compile_agrees_with_itself(self):
+        # under the hook, nothing compiled yet: planning the edits imports what the first
+        # compile does, and the states are read after it
+        code = ("import json, torch_overlay\ns = torch_overlay.status()\n"
+                "print(json.dumps([sorted({o.state for o in s.overlays}), len(s.replaced), "
+                "len({f for o in s.overlays for f in o.functions})]))")
+        out = self.run_cmd(sys.executable, "-c", code, env=self.with_hook())
+        self.assertEqual(out.returncode, 0, out.stderr[-3000:])
+        states, replaced, edited = json.loads(out.stdout.strip().splitlines()[-1])
+        self.assertEqual(states, ["active"])
+        self.assertEqual(replaced, edited)
+        self.assertGreater(edited, 0)
+
+    def test_status_reports_an_unknown_overlay_in_the_environment(self):
+        out = self.apply("status", env=dict(self.env, TORCH_OVERLAY="bogus"))
+        self.assertEqual(out.returncode, 2, out.stdout)
+        self.assertIn("TORCH_OVERLAY names unknown overlay(s) bogus", out.stdout)
+        self.assertIn("torch-overlay: TORCH_OVERLAY names unknown overlay(s) bogus", out.stderr)
+        self.assertIn("inactive (not selected: TORCH_OVERLAY=bogus)", out.stdout)
+        # the same under the hook, where the first compile warned once
+        self.assertEqual(self.apply("apply").returncode, 0)
+        out = self.apply("status", env=dict(self.env, TORCH_OVERLAY="bogus"))
+        self.assertEqual(out.returncode, 2, out.stdout)
+        self.assertIn("unknown overlay(s) bogus", out.stdout)
 
     def test_run_activates_one_command_only(self):
         names = torch_overlay.load_overlays()
@@ -251,20 +366,75 @@ class TestApply(TestCase):
 
     def test_unsupported_torch_and_missing_triton_are_refused(self):
         with mock.patch("torch.__version__", "2.9.1"):
-            with self.assertRaisesRegex(apply_tool.UsageError, "torch 2.9.1 is not supported"):
-                apply_tool.check_stack(None, force=False)
+            with self.assertRaisesRegex(cli.UsageError, "torch 2.9.1 is not supported"):
+                cli.check_stack(None, force=False)
         with mock.patch.dict(sys.modules, {"triton": None}):
-            with self.assertRaisesRegex(apply_tool.UsageError, "triton is missing"):
-                apply_tool.check_stack(None, force=False)
+            with self.assertRaisesRegex(cli.UsageError, "triton is missing"):
+                cli.check_stack(None, force=False)
 
     def test_demo(self):
         out = self.apply("demo")
         self.assertEqual(out.returncode, 0, out.stderr[-3000:])
         self.assertIn("MLP block", out.stdout)
         self.assertIn("overlays: " + ", ".join(torch_overlay.load_overlays()), out.stdout)
+        # a summary: the kernels of both, each overlay's counters; the diff behind --diff
+        self.assertRegex(out.stdout, r"kernels, stock inductor: \d+ Triton, 2 extern\n"
+                                     r"(  triton_\w+\n)+  extern_kernels.addmm x2\n")
+        self.assertRegex(out.stdout, r"kernels, torch_overlay: \d+ Triton, 0 extern\n"
+                                     r"(  triton_\w+\n)*  triton_tem_")
+        self.assertIn("  tensorcore_mm: tensorcore_mm_template=2\n", out.stdout)
+        self.assertIn("  matmul_meta: matmul_meta_lowered=2\n", out.stdout)
+        self.assertRegex(out.stdout, r"generated code: \d+ lines of unified diff \(--diff")
+        self.assertNotIn("--- stock inductor", out.stdout)
+        self.assertLess(out.stdout.count("\n"), 40)
+
+    def test_demo_diff(self):
+        from torch_overlay import demo
+
+        stock = "triton_a = async_compile.triton('triton_a', '')\nextern_kernels.mm(x)\n"
+        overlay = "triton_b = async_compile.triton('triton_b', '')\n"
+        printed = io.StringIO()
+        with mock.patch.object(demo, "compiled_code", return_value=(stock, overlay, {})), \
+                mock.patch.object(demo, "has_real_gpu", return_value=False), \
+                mock.patch("torch.cuda.is_available", return_value=False), \
+                mock.patch.object(cli, "check_stack"), \
+                contextlib.redirect_stdout(printed):
+            self.assertEqual(cli.main(["demo", "--diff"]), 0)
+        out = printed.getvalue()
         # the diff is of generated Triton code: stock on the left, overlays on the right
-        self.assertIn("--- stock inductor", out.stdout)
-        self.assertIn("+++ torch_overlay", out.stdout)
+        self.assertIn("--- stock inductor\n+++ torch_overlay\n", out)
+        self.assertIn("-extern_kernels.mm(x)\n", out)
+        self.assertIn("kernels, stock inductor: 1 Triton, 1 extern\n  triton_a\n", out)
+        self.assertIn("  gelu_add: nothing in this block\n", out)
+
+    def test_installed_outside_the_checkout(self):
+        # a non-editable install: the console script and python -m, from another folder
+        target, src = self.tmp / "target", self.tmp / "src"
+        # a copy: the build leaves build/ in the tree it builds
+        src.mkdir()
+        for name in ("setup.cfg", "pyproject.toml", "README.md"):
+            shutil.copy(REPO / name, src / name)
+        shutil.copytree(REPO / "torch_overlay", src / "torch_overlay",
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        out = self.run_cmd(sys.executable, "-m", "pip", "install", "-q", "--no-deps",
+                           "--no-compile", "--target", target, src)
+        self.assertEqual(out.returncode, 0, out.stderr[-3000:])
+        env = dict(self.env, PYTHONPATH=os.pathsep.join(filter(None, [
+            str(target), self.env.get("PYTHONPATH")])))
+        where = self.run_cmd(sys.executable, "-c",
+                             "import torch_overlay; print(torch_overlay.__file__)",
+                             env=env, cwd=self.tmp)
+        self.assertTrue(where.stdout.startswith(str(target)), where.stdout + where.stderr)
+        for command in ([target / "bin" / "torch-overlay"],
+                        [sys.executable, "-m", "torch_overlay"]):
+            out = self.run_cmd(*command, "status", env=env, cwd=self.tmp)
+            self.assertEqual(out.returncode, 0, out.stderr[-3000:])
+            for name in torch_overlay.load_overlays():
+                self.assertRegex(out.stdout, rf"(?m)^{name}: inactive")
+            self.assertRegex(out.stdout, r"functions the series edits: [1-9]")
+        out = self.run_cmd(target / "bin" / "torch-overlay", "--help", env=env, cwd=self.tmp)
+        for action in cli.ACTIONS:
+            self.assertIn(action, out.stdout)
 
 
 if __name__ == "__main__":

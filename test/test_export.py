@@ -11,6 +11,7 @@ import io
 import os
 import pathlib
 import re
+import shutil
 import sys
 import tempfile
 import types
@@ -262,6 +263,15 @@ class TestUpstreamStyle(TestCase):
     def test_a_lint_finding(self):
         (found,) = self.problems({5})
         self.assertRegex(found, r"^torch/_inductor/x\.py:5:\d+: UP045 ")
+
+    def test_tools_beside_the_interpreter_off_path(self):
+        # a virtualenv's python run without activating it: its ruff and usort, not PATH's
+        here = os.path.dirname(sys.executable)
+        if not all(shutil.which(t, path=here) for t in ("ruff", "usort")):
+            self.skipTest("ruff and usort are not installed beside this interpreter")
+        with mock.patch.dict(os.environ, {"PATH": os.devnull}):
+            (found,) = self.problems({3, 4})
+        self.assertRegex(found, r"^torch/_inductor/x\.py:3: ruff format rewrites 2 added")
 
     def test_audit_without_the_style_step(self):
         # --no-style-step (a GPU machine without ruff and usort): the other checks only

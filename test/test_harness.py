@@ -50,6 +50,23 @@ class TestHarness(TestCase):
         # torch 2.14 appends the assert's kind: assert_size_stride(..., (1, 32), 'input')
         FileCheck().check("'*fp16'").check("assert_size_stride(arg0_1, (32, 64), (1, 32)").run(code)
 
+    def test_dynamic_shapes(self):
+        # dynamic=True and mark_dynamic: sizes symbolic in the kernel
+        (code,) = get_code(torch.compile(gelu_add, dynamic=True), torch.randn(33, 65),
+                           torch.randn(33, 65), force_fake=True)
+        FileCheck().check("def triton_poi_fused_add_gelu_0").check("def call(").run(code)
+        self.assertRegex(code, r"s\d+ = arg\d+_1")
+
+        def marked(x, r):
+            torch._dynamo.mark_dynamic(x, 0)
+            torch._dynamo.mark_dynamic(r, 0)
+            return torch.compile(gelu_add)(x, r)
+
+        torch._dynamo.reset()
+        (code,) = get_code(marked, torch.randn(33, 65), torch.randn(33, 65), force_fake=True)
+        FileCheck().check("def triton_poi_fused_add_gelu_0").check("def call(").run(code)
+        self.assertRegex(code, r"s\d+ = arg\d+_1")
+
     def test_requires_grad_is_refused_clearly(self):
         w = torch.randn(8, 8, requires_grad=True)
         with self.assertRaisesRegex(NotImplementedError, "backward codegen needs a real GPU"):

@@ -593,11 +593,17 @@ def _rewritten_lines(diff: str) -> set[int]:
     return touched
 
 
+def tool_path(name: str) -> str | None:
+    """``name`` beside this interpreter (a virtualenv's, activated or not), else on PATH."""
+    beside = shutil.which(name, path=os.path.dirname(sys.executable))
+    return beside or shutil.which(name)
+
+
 def _tool(tree: pathlib.Path, *args: str) -> subprocess.CompletedProcess:
-    try:
-        return subprocess.run(args, cwd=tree, capture_output=True, text=True)
-    except FileNotFoundError:
-        raise ExportError(f"{args[0]} is not installed: `pip install -e .[test]`") from None
+    found = tool_path(args[0])
+    if found is None:
+        raise ExportError(f"{args[0]} is not installed: `pip install -e .[test]`")
+    return subprocess.run([found, *args[1:]], cwd=tree, capture_output=True, text=True)
 
 
 def style_problems(tree: pathlib.Path, files: dict[str, FilePatch]) -> list[str]:

@@ -17,6 +17,7 @@ import os
 import warnings
 from typing import Iterable
 
+from . import _autoload
 from ._registry import REGISTRY, Overlay, OverlayError
 
 __all__ = ["enable", "disable", "status", "Overlay", "OverlayError", "OVERLAYS"]
@@ -78,6 +79,8 @@ OVERLAYS: tuple[Overlay, ...] = tuple(REGISTRY.register(o) for o in (
     ),
 ))
 
+# TORCH_LOGS=tensorcore_mm works in a process that imports torch_overlay before torch
+_autoload.watch_logs()
 
 # torch releases the overlays were validated on (tests, goldens, GPU runs); elsewhere an
 # overlay whose edits apply still enables, and tools/apply.py asks for --force
@@ -141,7 +144,7 @@ def disable(names: Iterable[str] | str | None = None) -> None:
 class OverlayStatus:
     name: str
     purpose: str
-    state: str  # "active" | "inactive" | "refused" | "killed"
+    state: str  # "active" | "inactive" | "refused" | "killed" | "pending"
     reason: str | None
     flag: str
     edits: list[str]  # the .diff files used on this torch, relative to torch_overlay/_inductor
@@ -158,11 +161,15 @@ class Status:
     killed: bool
     overlays: list[OverlayStatus]
     replaced: list[str]  # live upstream functions whose code is replaced now
+    unknown: list[str] = dataclasses.field(default_factory=list)  # in $TORCH_OVERLAY
 
     def __str__(self) -> str:
         lines = [f"torch {self.torch}, triton {self.triton or 'missing'}"]
         if self.killed:
             lines.append("TORCH_OVERLAY_DISABLE is set: every overlay is off")
+        if self.unknown:
+            lines.append(f"TORCH_OVERLAY names unknown overlay(s) {', '.join(self.unknown)} "
+                         f"(known: {', '.join(REGISTRY.names)}): enabling from it fails")
         for o in self.overlays:
             lines.append(f"{o.name}: {o.state}" + (f" ({o.reason})" if o.reason else ""))
             lines.append(f"    {o.purpose}")
@@ -179,6 +186,26 @@ class Status:
         return "\n".join(lines)
 
 
+def _state(name: str, reason: str | None, selected: list[str] | None) -> tuple[str, str | None]:
+    """An overlay's state and why, as the registry has it now."""
+    from ._autoload import waiting
+
+    if name in REGISTRY.enabled():
+        return "active", None
+    if name in REGISTRY.refused():
+        return "refused", REGISTRY.refused()[name]
+    if killed():
+        return "killed", "TORCH_OVERLAY_DISABLE=1"
+    if reason is not None:
+        return "inactive", f"upstream drift, would be refused: {reason}"
+    if selected is not None and name not in REGISTRY.with_requirements(
+            [n for n in selected if n in REGISTRY.names]):
+        return "inactive", f"not selected: TORCH_OVERLAY={','.join(selected)}"
+    if waiting():
+        return "pending", "the activation hook enables it at the first torch.compile"
+    return "inactive", None
+
+
 def status() -> Status:
     import torch
 
@@ -190,22 +217,15 @@ def status() -> Status:
         triton_version = triton.__version__
     except ImportError:
         triton_version = None
-    active, refused = REGISTRY.enabled(), REGISTRY.refused()
+    # planning imports the edited modules, which may run the activation hook: the state
+    # is read after it
+    plans = {o.name: REGISTRY.plan(o.name) for o in OVERLAYS}
+    selected = _selected(None)
     overlays = []
     for overlay in OVERLAYS:
-        plan = REGISTRY.plan(overlay.name)
-        swaps, reason = plan.swaps, plan.reason
-        if overlay.name in active:
-            state, reason = "active", None
-        elif overlay.name in refused:
-            state, reason = "refused", refused[overlay.name]
-        elif killed():
-            state, reason = "killed", "TORCH_OVERLAY_DISABLE=1"
-        elif reason is not None:
-            state, reason = "inactive", f"upstream drift, would be refused: {reason}"
-        else:
-            state = "inactive"
-        functions = [swap.target for swap in swaps]
+        plan = plans[overlay.name]
+        state, reason = _state(overlay.name, plan.reason, selected)
+        functions = [swap.target for swap in plan.swaps]
         # the edits in use: the primary, or the variant that applies to this torch
         # (plan.edits follows overlay.edit_files, up to a refusal)
         edits = [str((plan.edits[i] if i < len(plan.edits) else p).relative_to(OVERLAY_ROOT))
@@ -213,4 +233,5 @@ def status() -> Status:
         overlays.append(OverlayStatus(overlay.name, overlay.purpose, state, reason,
                                       overlay.flag, edits, functions, plan.variants))
     replaced = [s.target for s in REGISTRY.swaps]
-    return Status(torch.__version__, triton_version, killed(), overlays, replaced)
+    unknown = [n for n in selected or [] if n not in REGISTRY.names]
+    return Status(torch.__version__, triton_version, killed(), overlays, replaced, unknown)

@@ -55,18 +55,21 @@ def register_artifacts() -> None:
 
 
 def declare_flags() -> None:
-    """The flags of the overlays ``activate`` will enable, declared and on as enabling
-    leaves them; enabling keeps a value the user gives them in between."""
+    """Every overlay's flags, declared: on for the overlays ``activate`` will enable, as
+    enabling leaves them, off for the others (not selected, or the kill switch), so that
+    the user's settings code runs whatever is enabled; enabling keeps a value the user
+    gives them in between."""
     import torch_overlay
     from torch_overlay._registry import REGISTRY
 
-    if torch_overlay.killed():
-        return
+    selected = torch_overlay._selected(None)
+    on = [] if torch_overlay.killed() else [
+        n for n in (REGISTRY.names if selected is None else selected) if n in REGISTRY.names]
     try:
-        REGISTRY.declare_flags(torch_overlay._selected(None))
+        REGISTRY.declare_flags(on)
+        REGISTRY.declare_flags(None, on=False)
     except torch_overlay.OverlayError:
-        # an unknown name in $TORCH_OVERLAY, a config module it cannot extend:
-        # activate() meets the same error and reports it
+        # a config module it cannot extend: activate() meets the same error and reports it
         pass
     except Exception as e:  # never take the user's process down
         warnings.warn(f"torch_overlay: flags not declared before the first compile: {e}",
@@ -83,7 +86,7 @@ def activate() -> None:
         warnings.warn(f"torch_overlay: overlays not enabled, stock Inductor in use: {e}",
                       stacklevel=2)
     finally:
-        # a refused or skipped overlay's flags: gone, as in stock Inductor
+        # a refused, skipped or unselected overlay's flags: declared, off
         REGISTRY.drop_early_flags()
 
 
@@ -123,6 +126,27 @@ class _WaitForInductor(importlib.abc.MetaPathFinder):
         return spec
 
 
+def waiting() -> bool:
+    """The activation hook is installed and has not enabled the overlays yet."""
+    return TRIGGER not in sys.modules and any(
+        type(f) is _WaitForInductor for f in sys.meta_path)
+
+
+class _WaitForLogs(_WaitForInductor):
+    """Only ``register_artifacts``: what ``import torch_overlay`` installs."""
+
+    HOOKS = {LOGS: register_artifacts}
+
+
+def watch_logs() -> None:
+    """The overlays' log artifacts registered before torch reads $TORCH_LOGS, when
+    torch_overlay is imported before torch (or now, when torch has been). Imports no torch."""
+    if LOGS in sys.modules:
+        register_artifacts()
+    elif not any(isinstance(f, _WaitForInductor) for f in sys.meta_path):
+        sys.meta_path.insert(0, _WaitForLogs())
+
+
 def install_upstream_modules() -> None:
     """The overlays' new modules importable under their upstream names from now on
     (``from torch._inductor.fx_passes import gelu_add`` before anything has imported
@@ -137,15 +161,15 @@ def install_upstream_modules() -> None:
 
 def install() -> None:
     install_upstream_modules()
-    if any(isinstance(f, _WaitForInductor) for f in sys.meta_path):
-        return
-    if TRIGGER in sys.modules:
-        activate()
+    if any(type(f) is _WaitForInductor for f in sys.meta_path):
         return
     if LOGS in sys.modules:
         register_artifacts()
     if CONFIG in sys.modules:
         declare_flags()
+    if TRIGGER in sys.modules:
+        activate()
+        return
     sys.meta_path.insert(0, _WaitForInductor())
 
 

@@ -185,6 +185,11 @@ class Registry:
         self._flags: dict[str, list[str]] = {}  # overlay -> config entries it installed
         # overlay -> config entries declared by declare_flags, not yet adopted by an enable
         self._early: dict[str, list[str]] = {}
+        # of those, the overlays declared off: enabling turns their flag on
+        self._early_off: set[str] = set()
+        # overlays whose entries the activation hook declared: they stay declared, the
+        # flag off, while the overlay is not enabled (the user's settings code runs)
+        self._kept: set[str] = set()
         self._lock = threading.RLock()
 
     # -- declaration ---------------------------------------------------------
@@ -253,37 +258,60 @@ class Registry:
         return self.plan(name).reason
 
     # -- flags before the overlays -------------------------------------------
-    def declare_flags(self, names: Iterable[str] | None = None) -> list[str]:
+    def declare_flags(self, names: Iterable[str] | None = None, *, on: bool = True) -> list[str]:
         """Declare the flags of ``names`` (all when None) and their requirements, and turn
-        them on, as enabling them will; no edit is applied. The activation hook calls this
-        when ``torch._inductor.config`` is imported, so that a user can set or patch the
-        flags before the first compile enables the overlays. Enabling adopts these entries
-        as they are then: a value other than on was set by the user and is kept. Returns
-        the overlays whose flags this call declared."""
+        them on (``on``), as enabling them will, or leave them off; no edit is applied.
+        The activation hook calls this when ``torch._inductor.config`` is imported, so
+        that a user can set or patch the flags before the first compile enables the
+        overlays, whichever of them are enabled. Enabling adopts these entries as they
+        are then: a value other than on was set by the user and is kept; a flag declared
+        off is turned on. The entries stay declared, the flag off, while their overlay is
+        not enabled. Returns the overlays whose flags this call declared."""
         import torch._inductor.config as inductor_config
 
         with self._lock:
             order = self.with_requirements(list(self._overlays) if names is None else list(names))
-            order = [n for n in order if n not in self._flags and n not in self._early]
+            # not yet declared, or declared off and now on
+            order = [n for n in order if n not in self._flags
+                     and (n not in self._early or on and n in self._early_off)]
             for name in order:
-                self._early[name] = [
-                    entry for path in self.get(name).edit_files
-                    if (diff := FileDiff.read(path)).declares_config
-                    # the primary's declarations: its variants declare the same entries
-                    for entry, (default, kind) in config_declarations(diff).items()
-                    if _add_config(inductor_config, entry, default, kind)]
-                setattr(inductor_config, self.get(name).flag, True)
+                if name not in self._early:
+                    self._early[name] = [
+                        entry for path in self.get(name).edit_files
+                        if (diff := FileDiff.read(path)).declares_config
+                        # the primary's declarations: its variants declare the same entries
+                        for entry, (default, kind) in config_declarations(diff).items()
+                        if _add_config(inductor_config, entry, default, kind)]
+                self._kept.add(name)
+                if on:
+                    self._early_off.discard(name)
+                    setattr(inductor_config, self.get(name).flag, True)
+                else:
+                    self._early_off.add(name)
             return order
 
     def drop_early_flags(self, names: Iterable[str] | None = None) -> None:
-        """Remove the flags ``declare_flags`` declared for ``names`` (all when None) that
-        no enable adopted (a refused overlay's): stock Inductor has no such entries."""
-        import torch._inductor.config as inductor_config
-
+        """Retire the flags ``declare_flags`` declared for ``names`` (all when None) that
+        no enable adopted (a refused overlay's): turned off, still declared."""
         with self._lock:
             for name in [n for n in self._early if names is None or n in names]:
-                for entry in self._early.pop(name):
-                    _remove_config(inductor_config, entry)
+                self._retire(name, self._early.pop(name))
+
+    def _retire(self, name: str, entries: list[str]) -> None:
+        """The config entries of an overlay that is not enabled (any longer): removed, as
+        stock Inductor has no such entries, or, where the activation hook declared them,
+        kept with the flag off."""
+        import torch._inductor.config as inductor_config
+
+        if name in self._kept:
+            if entries:
+                setattr(inductor_config, self.get(name).flag, False)
+            self._early[name] = entries
+            self._early_off.add(name)
+            return
+        self._early_off.discard(name)
+        for entry in entries:
+            _remove_config(inductor_config, entry)
 
     # -- enable / disable ----------------------------------------------------
     def enable(self, names: Iterable[str] | None = None) -> list[str]:
@@ -342,7 +370,8 @@ class Registry:
 
     def disable(self, names: Iterable[str] | None = None) -> None:
         """Restore upstream for the named overlays (all when None) and their dependants,
-        and remove their flags, those ``declare_flags`` declared included."""
+        and remove their flags, those ``declare_flags`` declared included (those stay
+        declared, off)."""
         with self._lock:
             targets = set(self._enabled + list(self._early) if names is None else names)
             grew = True
@@ -390,8 +419,7 @@ class Registry:
             swap.apply()
         self._swaps = swaps
         for name in [n for n in self._flags if n not in names]:
-            for entry in self._flags.pop(name):
-                _remove_config(inductor_config, entry)
+            self._retire(name, self._flags.pop(name))
         self._flags.update(added)
         for name in added:
             setattr(inductor_config, self.get(name).flag, True)
@@ -399,6 +427,9 @@ class Registry:
         # (set, or patched for the region this enable runs in, before the first compile)
         for name in [n for n in names if n in self._early]:
             self._flags[name] = self._early.pop(name)
+            if name in self._early_off:
+                self._early_off.discard(name)
+                setattr(inductor_config, self.get(name).flag, True)
         _remove_config(inductor_config, DIGEST_CONFIG)
         if names:
             _add_config(inductor_config, DIGEST_CONFIG, digest(names, diffs), str)

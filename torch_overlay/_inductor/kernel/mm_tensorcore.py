@@ -376,6 +376,10 @@ def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
     if kwargs.get("alpha", 1) == 0 or kwargs.get("beta", 1) == 0:
         # a zero factor ignores its operand, NaNs included: the stock path does that
         raise _Decline("arguments")
+    sizes = [*args[a_i].get_size(), *args[b_i].get_size()]
+    if any(V.graph.sizevars.statically_known_equals(s, 0) for s in sizes):
+        # an empty matmul (an MoE expert without tokens): nothing to plan
+        raise _Decline("empty", fallback=False)
     meta_mod = matmul_meta
     meta = meta_mod.get_matmul_meta(node)
     if meta is None:
