@@ -6,6 +6,11 @@
                                                  # compiles, passes its tests patched and
                                                  # fails them pristine
     python tools/export_patches.py --upstream PATH   # try the series on a pytorch checkout
+    python tools/export_patches.py --show torch/_inductor/kernel/mm_tensorcore.py --after 5
+                                                 # a file as patch 5 (or a name) leaves it
+    python tools/export_patches.py --rebase-parts [FILE ...]
+                                                 # after editing a module with parts:
+                                                 # rewrite its parts' diffs in series/
 
 A patch is the overlay's own files, as they are; nothing is generated or rewritten. Per
 overlay (``torch_overlay.OVERLAYS``, in series order), on top of the previous patches, in
@@ -28,11 +33,13 @@ torch (patches/UPSTREAM_PIN):
   (``test/inductor/expect/``), byte for byte: the project runs the very files upstream gets.
 - Commit message: ``patches/<name>.md`` (the subject ``[inductor] <name>: ...``, a blank
   line, the body), written by hand: the PR text lives there, not in the modules.
-- Parts (``Overlay.parts``): further patches after their overlay's, each the
-  ``<module>.<part>.diff`` edits of new modules of that or an earlier overlay (and of
-  upstream files, applied at run time with the overlay's), its
-  ``test/inductor/test_<part>.py`` and ``patches/<part>.md``. A module's file holds every
-  part's edit: the patch that adds it writes it less those (the diffs reversed).
+- Parts (``Overlay.parts``): further patches after their overlay's, each its edits of
+  files an earlier patch adds (``series/<upstream dir>/<stem>.<part>.diff``: the new
+  modules, templates and tests, read by this tool only), its edits of upstream files
+  (``torch_overlay/_inductor/**/<stem>.<part>.diff``, applied at run time with the
+  overlay's), its ``test/inductor/test_<part>.py`` and ``patches/<part>.md``. A module's
+  file holds every part's edit: the patch that adds it writes it less those (the diffs
+  reversed).
 
 then ``git format-patch`` of the commits.
 """
@@ -41,6 +48,7 @@ from __future__ import annotations
 import argparse
 import ast
 import dataclasses
+import functools
 import os
 import pathlib
 import re
@@ -56,6 +64,9 @@ PATCHES = REPO / "patches"
 PACKAGE = REPO / "torch_overlay"
 OVERLAY_ROOT = PACKAGE / "_inductor"  # mirrors torch/_inductor
 LOGGING_EDITS = PACKAGE / "_logging"  # edits of torch/_logging: the log artifacts
+# the parts' edits of files the series adds (modules, templates, tests), at those files'
+# upstream paths: they cut the whole files into the series' patches and never run
+SERIES = REPO / "series"
 CONFIG = "torch/_inductor/config.py"
 GENERATED = ("series", "UPSTREAM_PIN")  # besides *.patch; patches/*.md are inputs
 # the scratch tree's commits: no user or system git config; each patch's author and date
@@ -179,9 +190,10 @@ def collect() -> list[OverlayExport]:
         out.append(OverlayExport(name, overlay.flag, tuple(overlay.requires), diffs,
                                  files, tests, test_file, PATCHES / f"{name}.md"))
         for part in overlay.parts:
-            # its edits of earlier new modules and tests (whose files hold them) and flags
+            # its edits of upstream files (flags among them), then of the files earlier
+            # patches add (whose files here hold them)
             diffs = [*sorted(OVERLAY_ROOT.rglob(f"*.{part}.diff")),
-                     *sorted((REPO / "test" / "inductor").glob(f"*.{part}.diff"))]
+                     *sorted(SERIES.rglob(f"*.{part}.diff"))]
             if not diffs:
                 raise ExportError(f"overlay {name}: part {part} has no *.{part}.diff")
             tests, test_file = overlay_tests(part)
@@ -322,14 +334,38 @@ def pristine_tree(dest: pathlib.Path) -> pathlib.Path:
 MAX_SUBJECT = 72  # git's and upstream's convention
 
 
+@functools.cache
+def _renames() -> tuple[tuple[str, str], ...]:
+    """(old, new) path of each rename in the project's history, newest first."""
+    proc = subprocess.run(["git", "log", "-M", "--diff-filter=R", "--name-status", "--format="],
+                          cwd=REPO, text=True, capture_output=True)
+    return tuple((f[1], f[2]) for line in proc.stdout.splitlines()
+                 if len(f := line.split("\t")) == 3 and f[0].startswith("R"))
+
+
+def _with_old_names(paths: list[str]) -> list[str]:
+    names = list(paths)
+    for old, new in _renames():
+        if new in names and old not in names:
+            names.append(old)
+    return names
+
+
 def authorship(overlay: OverlayExport) -> dict[str, str]:
     """Author and date of the project's last commit that changed the overlay's exported
-    sources (edits, modules, templates, tests, message), as git environment variables."""
-    paths = [str(p) for p in [*overlay.diffs, *overlay.files.values(), *overlay.tests.values(),
-                              overlay.message]]
-    proc = subprocess.run(["git", "log", "-1", "--format=%an%x00%ae%x00%aI", "--", *paths],
+    sources (edits, modules, templates, tests, message), as git environment variables.
+    A commit that only moves some of them (a rename, content unchanged) does not count."""
+    paths = _with_old_names([rel(p) for p in [*overlay.diffs, *overlay.files.values(),
+                                              *overlay.tests.values(), overlay.message]])
+    proc = subprocess.run(["git", "log", "-M", "--name-status",
+                           "--format=%x01%an%x00%ae%x00%aI", "--", *paths],
                           cwd=REPO, text=True, capture_output=True)
-    fields = proc.stdout.strip().split("\0")
+    fields = []
+    for commit in proc.stdout.split("\x01")[1:]:
+        header, _, changes = commit.partition("\n")
+        if any(not line.startswith("R100\t") for line in changes.splitlines() if line):
+            fields = header.split("\0")
+            break
     if proc.returncode != 0 or len(fields) != 3:
         raise ExportError(f"overlay {overlay.name}: no git history of its files to take the "
                           f"patch's author and date from (run in a git checkout): {proc.stderr}")
