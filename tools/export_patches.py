@@ -407,23 +407,27 @@ def _apply_diff(repo: pathlib.Path, overlay: OverlayExport, diff: pathlib.Path,
                str(staged), check=False)
     if proc.returncode != 0 and reverse:
         raise ExportError(f"part {overlay.name}: {rel(diff)} is not the edit that makes "
-                          f"{diff_target(diff)} what its file holds (regenerate it with "
-                          "`git diff` from the module without the part):\n"
-                          + _hunk_report(proc.stderr))
+                          f"{diff_target(diff)} what its file holds (`python "
+                          "tools/export_patches.py --rebase-parts` rewrites it from the file "
+                          "as it is):\n" + _hunk_report(proc.stderr))
     if proc.returncode != 0:
         raise ExportError(f"overlay {overlay.name}: {rel(diff)} does not apply to the pristine "
                           f"torch/_inductor of torch {info['torch']} with the earlier patches:\n"
                           + _hunk_report(proc.stderr))
 
 
-def build_series(out_dir: pathlib.Path, work: pathlib.Path) -> list[str]:
-    """Write the series (and pin) into ``out_dir``; ``work`` is scratch space."""
-    info = torch_info()
-    overlays = collect()
-    repo = pristine_tree(work / "tree")
+def commit_series(repo: pathlib.Path, overlays: list[OverlayExport], work: pathlib.Path,
+                  info: dict[str, str], *, added_only: bool = False) -> list[str]:
+    """Commit each overlay's patch on top of ``repo`` (a pristine tree); the commits'
+    hashes, in series order. ``added_only``: only the files the series adds (the new
+    modules, templates and tests, whose patches need no upstream file), in an empty
+    ``repo``, each commit titled by its overlay's name."""
+    added = {p for o in overlays for p in (*o.files, *o.tests)}
+    commits = []
     for overlay in overlays:
         for diff in overlay.diffs:
-            _apply_diff(repo, overlay, diff, work / "diffs", info)
+            if not added_only or diff_target(diff) in added:
+                _apply_diff(repo, overlay, diff, work / "diffs", info)
         for path, source in {**overlay.files, **overlay.tests}.items():
             target = repo / path
             if target.exists():
@@ -438,8 +442,21 @@ def build_series(out_dir: pathlib.Path, work: pathlib.Path) -> list[str]:
                 if diff_target(diff) in {**overlay.files, **overlay.tests}:
                     _apply_diff(repo, part, diff, work / "diffs", info, reverse=True)
         git(repo, "add", "-A")
-        git(repo, "commit", "-q", "--cleanup=whitespace", "-F", "-", input=commit_message(overlay),
-            env=authorship(overlay))
+        if added_only:
+            git(repo, "commit", "-q", "--allow-empty", "-m", overlay.name)
+        else:
+            git(repo, "commit", "-q", "--cleanup=whitespace", "-F", "-",
+                input=commit_message(overlay), env=authorship(overlay))
+        commits.append(git(repo, "rev-parse", "HEAD").stdout.strip())
+    return commits
+
+
+def build_series(out_dir: pathlib.Path, work: pathlib.Path) -> list[str]:
+    """Write the series (and pin) into ``out_dir``; ``work`` is scratch space."""
+    info = torch_info()
+    overlays = collect()
+    repo = pristine_tree(work / "tree")
+    commit_series(repo, overlays, work, info)
     out_dir.mkdir(parents=True, exist_ok=True)
     for old in out_dir.glob("*.patch"):
         old.unlink()
@@ -457,6 +474,126 @@ def build_series(out_dir: pathlib.Path, work: pathlib.Path) -> list[str]:
         f"triton {info['triton']}\n"
         "# the series applies to pytorch/pytorch at git_version (torch/_inductor as installed)\n")
     return names
+
+
+# ---------------------------------------------------------------------------
+# A file at any point of the series; the parts' diffs from an edited file
+
+
+def tree_path(path: str) -> str:
+    """The series' path of a project file (``torch_overlay/_inductor/x.py`` is
+    ``torch/_inductor/x.py``; tests and upstream paths are as they are)."""
+    path = rel(pathlib.Path(path).resolve()) if pathlib.Path(path).is_absolute() else path
+    path = path.removeprefix("./")
+    if path.startswith("torch_overlay/_inductor/"):
+        return "torch/_inductor/" + path.removeprefix("torch_overlay/_inductor/")
+    return path
+
+
+def patch_index(overlays: list[OverlayExport], after: str) -> int:
+    """The 0-based index of the patch named by ``after``: its number (``5``, ``0005``,
+    a patch file name) or its overlay's or part's name."""
+    names = [o.name for o in overlays]
+    if after in names:
+        return names.index(after)
+    if m := re.match(r"^(\d+)(-|$)", after):
+        if 1 <= int(m.group(1)) <= len(overlays):
+            return int(m.group(1)) - 1
+    raise ExportError(f"no patch {after!r} in the series: a number from 1 to {len(overlays)} or "
+                      f"one of {', '.join(names)}")
+
+
+def show(path: str, after: str | None = None) -> str:
+    """``path`` as it stands after the patch ``after`` (the last when None). A file the
+    series adds is replayed from the project's files alone; an upstream file needs the
+    torch of patches/UPSTREAM_PIN."""
+    overlays, path = collect(), tree_path(path)
+    index = len(overlays) - 1 if after is None else patch_index(overlays, after)
+    added_only = any(path in {**o.files, **o.tests} for o in overlays)
+    with tempfile.TemporaryDirectory(prefix="export_show_") as tmp:
+        work = pathlib.Path(tmp)
+        if added_only:
+            repo, info = work / "tree", {"torch": "(the series' new files only)"}
+            repo.mkdir()
+            git(repo, "init", "-q", "-b", "main")
+        else:
+            require_pinned_torch()
+            repo, info = pristine_tree(work / "tree"), torch_info()
+        # all of them: a patch that adds a file writes it less the later parts' edits
+        commits = commit_series(repo, overlays, work, info, added_only=added_only)
+        proc = git(repo, "show", f"{commits[index]}:{path}", check=False)
+        if proc.returncode != 0:
+            adds = [f"{i + 1:04d} ({o.name})" for i, o in enumerate(overlays)
+                    if path in {**o.files, **o.tests}]
+            raise ExportError(f"{path} is not in the tree after patch {index + 1:04d} "
+                              f"({overlays[index].name})"
+                              + (f"; patch {adds[0]} adds it" if adds else ""))
+        return proc.stdout
+
+
+def part_diffs(overlays: list[OverlayExport], path: str) -> list[tuple[str, pathlib.Path]]:
+    """(part, series/ diff) of each part that edits ``path``, a file the series adds, in
+    series order."""
+    return [(o.name, d) for o in overlays if o.part_of is not None for d in o.diffs
+            if d.is_relative_to(SERIES) and diff_target(d) == path]
+
+
+def rebased_parts(overlays: list[OverlayExport], path: str,
+                  work: pathlib.Path) -> tuple[dict[pathlib.Path, str], str | None]:
+    """The text of each part's diff of ``path`` (a file the series adds) that takes the
+    file as it now is back to the patch before the part, and that part's edit (git's
+    hunks); or why a part's hunks no longer apply to it, with fuzz (changed context),
+    naming the part."""
+    source = next(s for o in overlays for p, s in {**o.files, **o.tests}.items() if p == path)
+    diffs = part_diffs(overlays, path)
+    repo = work / "tree"
+    git(repo.parent, "init", "-q", "-b", "main", repo.name)
+    (repo / path).parent.mkdir(parents=True, exist_ok=True)
+    (repo / path).write_bytes(read_source(source))
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "whole")
+    states = [git(repo, "rev-parse", "HEAD").stdout.strip()]
+    for part, diff in reversed(diffs):
+        staged = work / f"{part}.diff"
+        staged.write_bytes(read_source(diff))
+        for context in (3, 2, 1):  # git's default first: changed context lines then fuzz
+            proc = git(repo, "apply", "-R", f"-C{context}", "--whitespace=nowarn", str(staged),
+                       check=False)
+            if proc.returncode == 0:
+                break
+        else:
+            return {}, (f"part {part}: {rel(diff)} no longer applies to {rel(source)} (lines it "
+                        f"adds changed there): edit it by hand\n" + _hunk_report(proc.stderr))
+        git(repo, "commit", "-q", "-a", "-m", f"before {part}")
+        states.insert(0, git(repo, "rev-parse", "HEAD").stdout.strip())
+    texts = {}
+    for (part, diff), before, after in zip(diffs, states, states[1:]):
+        text = git(repo, "diff", before, after, "--", path).stdout
+        texts[diff] = text[text.index("--- a/"):]
+    return texts, None
+
+
+def rebase_parts(paths: Iterable[str] = ()) -> tuple[list[pathlib.Path], list[str]]:
+    """Rewrite the series/ diffs of the parts that edit ``paths`` (every file the series
+    adds that a part edits, when empty) from those files as they now are. Returns the
+    diffs rewritten and the parts whose hunks no longer apply."""
+    overlays = collect()
+    targets = [tree_path(p) for p in paths] or sorted(
+        {diff_target(d) for o in overlays for d in o.diffs if d.is_relative_to(SERIES)})
+    rewritten, problems = [], []
+    for path in targets:
+        if not part_diffs(overlays, path):
+            problems.append(f"{path}: no part of the series edits it (series/ has no diff of it)")
+            continue
+        with tempfile.TemporaryDirectory(prefix="export_rebase_") as tmp:
+            texts, problem = rebased_parts(overlays, path, pathlib.Path(tmp))
+        if problem:
+            problems.append(problem)
+        for diff, text in texts.items():
+            if read_source(diff).decode() != text:
+                diff.write_text(text)
+                rewritten.append(diff)
+    return rewritten, problems
 
 
 # ---------------------------------------------------------------------------
@@ -1066,6 +1203,15 @@ def main(argv: list[str] | None = None) -> int:
                              "and usort, as the GPU's; CI runs them)")
     parser.add_argument("--upstream", type=pathlib.Path, metavar="PATH",
                         help="report how the series applies to a pytorch checkout (left untouched)")
+    parser.add_argument("--show", metavar="PATH",
+                        help="print a file as it stands after a patch of the series (--after; "
+                             "the last by default): torch/_inductor/... or its project path")
+    parser.add_argument("--after", metavar="PATCH",
+                        help="with --show: the patch's number (5, 0005) or overlay or part name")
+    parser.add_argument("--rebase-parts", nargs="*", metavar="FILE",
+                        help="rewrite the series/ diffs of the parts that edit these files "
+                             "(all the series adds, when none is named) from the files as "
+                             "edited; names each part whose lines changed, to edit by hand")
     parser.add_argument("--out", type=pathlib.Path, default=PATCHES, help="output directory")
     parser.add_argument("--style-fix", type=pathlib.Path, nargs="+", metavar="FILE",
                         help="format these files as upstream's formatter would (ruff format, "
@@ -1076,6 +1222,17 @@ def main(argv: list[str] | None = None) -> int:
             left = style_fix(args.style_fix)
             print("\n".join(left))
             return 1 if left else 0
+        if args.show:
+            sys.stdout.write(show(args.show, args.after))
+            return 0
+        if args.rebase_parts is not None:
+            rewritten, problems = rebase_parts(args.rebase_parts)
+            for diff in rewritten:
+                print(f"rewrote {rel(diff)}")
+            print("\n".join(problems), file=sys.stderr)
+            if rewritten:
+                print("then re-export: `python tools/export_patches.py`")
+            return 1 if problems else 0
         if args.check:
             return check(run_tests=not args.no_tests, compare_junit=args.compare_junit,
                          pytest_args=args.pytest_arg, only=args.only,
