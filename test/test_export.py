@@ -379,6 +379,14 @@ class TestSeriesFiles(TestCase):
             self.assertIn(new, first)
             self.assertEqual(first, self.committed(MODULE, 3).replace(old, new))
 
+    def test_rebase_of_a_file_no_part_edits(self):
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            rc = export_patches.main(["--rebase-parts", "torch_overlay/_inductor/fx_passes/gelu_add.py"])
+        self.assertEqual(rc, 1)
+        self.assertIn("torch/_inductor/fx_passes/gelu_add.py: not a file the series adds that a "
+                      "part edits", err.getvalue())
+
     def test_rebase_names_the_part_whose_lines_changed(self):
         module = REPO / "torch_overlay/_inductor/kernel/mm_tensorcore.py"
         edited = module.read_text().replace("def _lower_gemv(", "def _lower_gemv_(")

@@ -580,10 +580,12 @@ def rebase_parts(paths: Iterable[str] = ()) -> tuple[list[pathlib.Path], list[st
     overlays = collect()
     targets = [tree_path(p) for p in paths] or sorted(
         {diff_target(d) for o in overlays for d in o.diffs if d.is_relative_to(SERIES)})
+    added = {p for o in overlays for p in (*o.files, *o.tests)}
     rewritten, problems = [], []
     for path in targets:
-        if not part_diffs(overlays, path):
-            problems.append(f"{path}: no part of the series edits it (series/ has no diff of it)")
+        if path not in added or not part_diffs(overlays, path):
+            problems.append(f"{path}: not a file the series adds that a part edits (series/ "
+                            "has no diff of it)")
             continue
         with tempfile.TemporaryDirectory(prefix="export_rebase_") as tmp:
             texts, problem = rebased_parts(overlays, path, pathlib.Path(tmp))
@@ -1229,7 +1231,8 @@ def main(argv: list[str] | None = None) -> int:
             rewritten, problems = rebase_parts(args.rebase_parts)
             for diff in rewritten:
                 print(f"rewrote {rel(diff)}")
-            print("\n".join(problems), file=sys.stderr)
+            for problem in problems:
+                print(problem, file=sys.stderr)
             if rewritten:
                 print("then re-export: `python tools/export_patches.py`")
             return 1 if problems else 0
