@@ -300,6 +300,114 @@ class TestUpstreamStyle(TestCase):
             self.assertIn("x = max(1, 2)\ny: int | None = None\n", path.read_text())
 
 
+MODULE = "torch/_inductor/kernel/mm_tensorcore.py"
+
+
+def sources(changed: dict[pathlib.Path, str]):
+    """A read_source that sees the files of ``changed`` with the given text."""
+    real = export_patches.read_source
+    return mock.patch.object(export_patches, "read_source",
+                             lambda path: changed[path].encode() if path in changed else real(path))
+
+
+class TestSeriesFiles(TestCase):
+    """--show and --rebase-parts on the files the series adds: no torch needed."""
+
+    def committed(self, path: str, upto: int) -> str | None:
+        """``path`` as the committed patches 1..upto leave it (None: not there)."""
+        with tempfile.TemporaryDirectory() as tmp:
+            repo = pathlib.Path(tmp)
+            for patch in committed_series()[:upto]:
+                export_patches.git(repo, "apply", f"--include={path}", str(patch))
+            return (repo / path).read_text() if (repo / path).exists() else None
+
+    def test_show_is_the_file_as_the_committed_patches_leave_it(self):
+        number = {n: i + 1 for i, n in enumerate(NAMES)}
+        for after in ("tensorcore_mm", "0005", "8", "tensorcore_mm_decode", "tensorcore_mm_gelu_add"):
+            upto = number.get(after) or int(after)
+            self.assertEqual(export_patches.show(MODULE, after), self.committed(MODULE, upto), after)
+        # a part's edit of an earlier patch's test file
+        test = "test/inductor/test_tensorcore_mm.py"
+        self.assertEqual(export_patches.show(test, "tensorcore_mm_bmm"), self.committed(test, 4))
+        self.assertNotEqual(self.committed(test, 4), self.committed(test, 3))
+        # the last patch leaves the whole file; the project path names it too
+        whole = (REPO / "torch_overlay/_inductor/kernel/mm_tensorcore.py").read_text()
+        self.assertEqual(export_patches.show("torch_overlay/_inductor/kernel/mm_tensorcore.py"), whole)
+
+    def test_show_before_the_patch_that_adds_it(self):
+        with self.assertRaisesRegex(export_patches.ExportError,
+                                    r"not in the tree after patch 0002 \(matmul_meta\); patch "
+                                    r"0003 \(tensorcore_mm\) adds it"):
+            export_patches.show(MODULE, "matmul_meta")
+        with self.assertRaisesRegex(export_patches.ExportError, r"no patch '13' in the series"):
+            export_patches.show(MODULE, "13")
+
+    def test_show_command(self):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            rc = export_patches.main(["--show", MODULE, "--after", "tensorcore_mm_splitk"])
+        self.assertEqual(rc, 0)
+        self.assertEqual(out.getvalue(), self.committed(MODULE, NAMES.index("tensorcore_mm_splitk") + 1))
+
+    def rebased(self, path: str) -> tuple[dict[pathlib.Path, str], str | None]:
+        with tempfile.TemporaryDirectory() as tmp:
+            return export_patches.rebased_parts(export_patches.collect(), path, pathlib.Path(tmp))
+
+    def test_rebase_of_unedited_files_rewrites_nothing(self):
+        overlays = export_patches.collect()
+        targets = {export_patches.diff_target(d) for o in overlays for d in o.diffs
+                   if d.is_relative_to(export_patches.SERIES)}
+        self.assertIn("test/inductor/test_tensorcore_mm.py", targets)
+        self.assertIn("torch/_inductor/kernel/templates/tensorcore_mm.py.jinja", targets)
+        for path in sorted(targets):
+            texts, problem = self.rebased(path)
+            self.assertIsNone(problem)
+            self.assertEqual(sorted(texts), sorted(d for _, d in export_patches.part_diffs(overlays, path)))
+            for diff, text in texts.items():
+                self.assertEqual(text, diff.read_text(), diff)
+
+    def test_rebase_carries_an_edit_of_a_context_line(self):
+        # a line of the module's first patch that a part's hunk shows as context: that
+        # hunk no longer applies as it is, and the part's diff takes the new line
+        module = REPO / "torch_overlay/_inductor/kernel/mm_tensorcore.py"
+        old = "    # to the 16-bit dtype and back: the value eager autocast holds in memory"
+        new = "    # to the 16-bit dtype and back: the value eager autocast keeps in memory"
+        edited = module.read_text().replace(old, new)
+        with sources({module: edited}):
+            with self.assertRaisesRegex(export_patches.ExportError, r"is not the edit"):
+                export_patches.show(MODULE, "tensorcore_mm")
+            texts, problem = self.rebased(MODULE)
+        self.assertIsNone(problem)
+        changed = {d: t for d, t in texts.items() if t != d.read_text()}
+        self.assertEqual(len(changed), 1, list(changed))
+        ((diff, text),) = changed.items()
+        # the context line's prefix: a space
+        self.assertEqual(text, diff.read_text().replace(f"\n {old}\n", f"\n {new}\n"))
+        # with the rewritten diff the series holds the edit from the module's first patch on
+        with sources({module: edited, diff: text}):
+            first = export_patches.show(MODULE, "tensorcore_mm")
+            self.assertIn(new, first)
+            self.assertEqual(first, self.committed(MODULE, 3).replace(old, new))
+
+    def test_rebase_of_a_file_no_part_edits(self):
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            rc = export_patches.main(["--rebase-parts", "torch_overlay/_inductor/fx_passes/gelu_add.py"])
+        self.assertEqual(rc, 1)
+        self.assertIn("torch/_inductor/fx_passes/gelu_add.py: not a file the series adds that a "
+                      "part edits", err.getvalue())
+
+    def test_rebase_names_the_part_whose_lines_changed(self):
+        module = REPO / "torch_overlay/_inductor/kernel/mm_tensorcore.py"
+        edited = module.read_text().replace("def _lower_gemv(", "def _lower_gemv_(")
+        with sources({module: edited}):
+            texts, problem = self.rebased(MODULE)
+        self.assertEqual(texts, {})
+        self.assertRegex(problem, r"^part tensorcore_mm_decode: series/torch/_inductor/kernel/"
+                                  r"mm_tensorcore\.tensorcore_mm_decode\.diff no longer applies "
+                                  r".*edit it by hand")
+
+
 class TestPinnedTorch(TestCase):
     def test_another_torch_is_refused_naming_both(self):
         other = dict(export_patches.torch_info(), torch="2.99.0", git_version="f" * 40)

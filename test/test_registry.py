@@ -7,11 +7,13 @@ import inspect
 import os
 import pathlib
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
 import textwrap
 import types
+import unittest
 from unittest import mock
 
 import torch
@@ -20,7 +22,8 @@ from torch._inductor.test_case import run_tests, TestCase
 
 import torch_overlay
 from torch_overlay._edits import (
-    EditError, FileDiff, apply_hunks, plan_swaps, select_edit, variant_files, variant_name,
+    OVERLAY_ROOT, EditError, FileDiff, apply_hunks, plan_swaps, select_edit, variant_files,
+    variant_name,
 )
 from torch_overlay._registry import REGISTRY, Overlay, OverlayError
 
@@ -374,6 +377,80 @@ class TestOverlays(TestCase):
         alias = importlib.import_module("torch_overlay._inductor.kernel.mm_tensorcore")
         self.assertIs(alias, upstream)
         self.assertIsInstance(upstream, types.ModuleType)
+
+
+class TestPackageHoldsWhatRuns(TestCase):
+    """Every ``.diff`` in the package is an edit of an upstream file that some overlay
+    applies at run time on some supported release; the parts' edits of the files the
+    series adds (``series/``, read by tools/export_patches.py) are not shipped."""
+
+    PACKAGE = pathlib.Path(torch_overlay.__file__).resolve().parent
+    REPO = PACKAGE.parent
+
+    def runtime_edits(self) -> set[pathlib.Path]:
+        older = {f"torch-{release}" for release in torch_overlay.SUPPORTED_TORCH[:-1]}
+        runs = set()
+        for overlay in torch_overlay.OVERLAYS:
+            for primary in overlay.edit_files:
+                runs.add(primary)
+                runs.update(v for v in variant_files(primary) if variant_name(v) in older)
+        names = {n for o in torch_overlay.OVERLAYS for n in (o.name, *o.parts)}
+        runs.update(p for p in (self.PACKAGE / "_logging").glob("_registrations.*.diff")
+                    if p.name.split(".")[1] in names)
+        return runs
+
+    def problems(self, found: set[pathlib.Path]) -> list[str]:
+        runs = self.runtime_edits()
+        out = [f"{p}: applied by no overlay on any supported release"
+               for p in sorted(found - runs)]
+        # the files the overlays add are whole here: an edit of one runs nowhere
+        added = {f"torch/_inductor/{p.relative_to(OVERLAY_ROOT)}"
+                 for o in torch_overlay.OVERLAYS for p in o.module_files().values()}
+        added |= {f"torch/_inductor/{p.relative_to(OVERLAY_ROOT)}"
+                  for p in OVERLAY_ROOT.rglob("*.jinja")}
+        out += [f"{p}: edits {FileDiff.read(p).upstream}, which the overlays add whole; "
+                "a part's edit of it belongs in series/"
+                for p in sorted(runs) if FileDiff.read(p).upstream in added]
+        return out
+
+    def test_every_diff_in_the_package_runs(self):
+        self.assertEqual(self.problems(set(self.PACKAGE.rglob("*.diff"))), [])
+
+    def test_a_diff_that_runs_nowhere_is_found(self):
+        from torch_overlay import _registry
+
+        with tempfile.TemporaryDirectory() as tmp:
+            part = pathlib.Path(tmp) / "mm_tensorcore.tensorcore_mm_bmm.diff"
+            shutil.copyfile(self.REPO / "series/torch/_inductor/kernel" / part.name, part)
+            unknown = pathlib.Path(tmp) / "mm.no_such_overlay.diff"
+            shutil.copyfile(OVERLAY_ROOT / "kernel/mm.tensorcore_mm.diff", unknown)
+            real = _registry._diff_files()
+            with mock.patch.object(_registry, "_diff_files", lambda: sorted(real + [part, unknown])):
+                problems = self.problems(set(self.PACKAGE.rglob("*.diff")) | {part, unknown})
+        self.assertEqual(len(problems), 2, problems)
+        self.assertRegex(problems[0], r"mm\.no_such_overlay\.diff: applied by no overlay")
+        self.assertRegex(problems[1], r"mm_tensorcore\.tensorcore_mm_bmm\.diff: edits "
+                                      r"torch/_inductor/kernel/mm_tensorcore\.py, which the "
+                                      r"overlays add whole")
+
+    @unittest.skipUnless((REPO / "setup.cfg").exists(), "a source checkout")
+    def test_the_package_ships_no_series_file(self):
+        # build_py writes what a wheel's purelib holds: the packages and their package_data
+        with tempfile.TemporaryDirectory() as tmp:
+            tmp = pathlib.Path(tmp)
+            for name in ("setup.cfg", "pyproject.toml", "README.md"):
+                shutil.copyfile(self.REPO / name, tmp / name)
+            for tree in ("torch_overlay", "series"):
+                shutil.copytree(self.REPO / tree, tmp / tree,
+                                ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+            subprocess.run([sys.executable, "-c", "from setuptools import setup; "
+                            "setup(script_args=['-q', 'build_py', '--build-lib', 'out'])"],
+                           cwd=tmp, check=True, capture_output=True)
+            shipped = {p.relative_to(tmp / "out") for p in (tmp / "out").rglob("*") if p.is_file()}
+        self.assertIn(pathlib.Path("torch_overlay/_inductor/kernel/mm_tensorcore.py"), shipped)
+        self.assertEqual(sorted(str(p) for p in shipped if p.parts[0] != "torch_overlay"), [])
+        self.assertEqual(sorted(p for p in shipped if p.suffix == ".diff"),
+                         sorted(p.relative_to(self.REPO) for p in self.runtime_edits()))
 
 
 if __name__ == "__main__":

@@ -6,6 +6,11 @@
                                                  # compiles, passes its tests patched and
                                                  # fails them pristine
     python tools/export_patches.py --upstream PATH   # try the series on a pytorch checkout
+    python tools/export_patches.py --show torch/_inductor/kernel/mm_tensorcore.py --after 5
+                                                 # a file as patch 5 (or a name) leaves it
+    python tools/export_patches.py --rebase-parts [FILE ...]
+                                                 # after editing a module with parts:
+                                                 # rewrite its parts' diffs in series/
 
 A patch is the overlay's own files, as they are; nothing is generated or rewritten. Per
 overlay (``torch_overlay.OVERLAYS``, in series order), on top of the previous patches, in
@@ -28,11 +33,13 @@ torch (patches/UPSTREAM_PIN):
   (``test/inductor/expect/``), byte for byte: the project runs the very files upstream gets.
 - Commit message: ``patches/<name>.md`` (the subject ``[inductor] <name>: ...``, a blank
   line, the body), written by hand: the PR text lives there, not in the modules.
-- Parts (``Overlay.parts``): further patches after their overlay's, each the
-  ``<module>.<part>.diff`` edits of new modules of that or an earlier overlay (and of
-  upstream files, applied at run time with the overlay's), its
-  ``test/inductor/test_<part>.py`` and ``patches/<part>.md``. A module's file holds every
-  part's edit: the patch that adds it writes it less those (the diffs reversed).
+- Parts (``Overlay.parts``): further patches after their overlay's, each its edits of
+  files an earlier patch adds (``series/<upstream dir>/<stem>.<part>.diff``: the new
+  modules, templates and tests, read by this tool only), its edits of upstream files
+  (``torch_overlay/_inductor/**/<stem>.<part>.diff``, applied at run time with the
+  overlay's), its ``test/inductor/test_<part>.py`` and ``patches/<part>.md``. A module's
+  file holds every part's edit: the patch that adds it writes it less those (the diffs
+  reversed).
 
 then ``git format-patch`` of the commits.
 """
@@ -41,6 +48,7 @@ from __future__ import annotations
 import argparse
 import ast
 import dataclasses
+import functools
 import os
 import pathlib
 import re
@@ -56,6 +64,9 @@ PATCHES = REPO / "patches"
 PACKAGE = REPO / "torch_overlay"
 OVERLAY_ROOT = PACKAGE / "_inductor"  # mirrors torch/_inductor
 LOGGING_EDITS = PACKAGE / "_logging"  # edits of torch/_logging: the log artifacts
+# the parts' edits of files the series adds (modules, templates, tests), at those files'
+# upstream paths: they cut the whole files into the series' patches and never run
+SERIES = REPO / "series"
 CONFIG = "torch/_inductor/config.py"
 GENERATED = ("series", "UPSTREAM_PIN")  # besides *.patch; patches/*.md are inputs
 # the scratch tree's commits: no user or system git config; each patch's author and date
@@ -179,9 +190,10 @@ def collect() -> list[OverlayExport]:
         out.append(OverlayExport(name, overlay.flag, tuple(overlay.requires), diffs,
                                  files, tests, test_file, PATCHES / f"{name}.md"))
         for part in overlay.parts:
-            # its edits of earlier new modules and tests (whose files hold them) and flags
+            # its edits of upstream files (flags among them), then of the files earlier
+            # patches add (whose files here hold them)
             diffs = [*sorted(OVERLAY_ROOT.rglob(f"*.{part}.diff")),
-                     *sorted((REPO / "test" / "inductor").glob(f"*.{part}.diff"))]
+                     *sorted(SERIES.rglob(f"*.{part}.diff"))]
             if not diffs:
                 raise ExportError(f"overlay {name}: part {part} has no *.{part}.diff")
             tests, test_file = overlay_tests(part)
@@ -322,14 +334,38 @@ def pristine_tree(dest: pathlib.Path) -> pathlib.Path:
 MAX_SUBJECT = 72  # git's and upstream's convention
 
 
+@functools.cache
+def _renames() -> tuple[tuple[str, str], ...]:
+    """(old, new) path of each rename in the project's history, newest first."""
+    proc = subprocess.run(["git", "log", "-M", "--diff-filter=R", "--name-status", "--format="],
+                          cwd=REPO, text=True, capture_output=True)
+    return tuple((f[1], f[2]) for line in proc.stdout.splitlines()
+                 if len(f := line.split("\t")) == 3 and f[0].startswith("R"))
+
+
+def _with_old_names(paths: list[str]) -> list[str]:
+    names = list(paths)
+    for old, new in _renames():
+        if new in names and old not in names:
+            names.append(old)
+    return names
+
+
 def authorship(overlay: OverlayExport) -> dict[str, str]:
     """Author and date of the project's last commit that changed the overlay's exported
-    sources (edits, modules, templates, tests, message), as git environment variables."""
-    paths = [str(p) for p in [*overlay.diffs, *overlay.files.values(), *overlay.tests.values(),
-                              overlay.message]]
-    proc = subprocess.run(["git", "log", "-1", "--format=%an%x00%ae%x00%aI", "--", *paths],
+    sources (edits, modules, templates, tests, message), as git environment variables.
+    A commit that only moves some of them (a rename, content unchanged) does not count."""
+    paths = _with_old_names([rel(p) for p in [*overlay.diffs, *overlay.files.values(),
+                                              *overlay.tests.values(), overlay.message]])
+    proc = subprocess.run(["git", "log", "-M", "--name-status",
+                           "--format=%x01%an%x00%ae%x00%aI", "--", *paths],
                           cwd=REPO, text=True, capture_output=True)
-    fields = proc.stdout.strip().split("\0")
+    fields = []
+    for commit in proc.stdout.split("\x01")[1:]:
+        header, _, changes = commit.partition("\n")
+        if any(not line.startswith("R100\t") for line in changes.splitlines() if line):
+            fields = header.split("\0")
+            break
     if proc.returncode != 0 or len(fields) != 3:
         raise ExportError(f"overlay {overlay.name}: no git history of its files to take the "
                           f"patch's author and date from (run in a git checkout): {proc.stderr}")
@@ -371,23 +407,27 @@ def _apply_diff(repo: pathlib.Path, overlay: OverlayExport, diff: pathlib.Path,
                str(staged), check=False)
     if proc.returncode != 0 and reverse:
         raise ExportError(f"part {overlay.name}: {rel(diff)} is not the edit that makes "
-                          f"{diff_target(diff)} what its file holds (regenerate it with "
-                          "`git diff` from the module without the part):\n"
-                          + _hunk_report(proc.stderr))
+                          f"{diff_target(diff)} what its file holds (`python "
+                          "tools/export_patches.py --rebase-parts` rewrites it from the file "
+                          "as it is):\n" + _hunk_report(proc.stderr))
     if proc.returncode != 0:
         raise ExportError(f"overlay {overlay.name}: {rel(diff)} does not apply to the pristine "
                           f"torch/_inductor of torch {info['torch']} with the earlier patches:\n"
                           + _hunk_report(proc.stderr))
 
 
-def build_series(out_dir: pathlib.Path, work: pathlib.Path) -> list[str]:
-    """Write the series (and pin) into ``out_dir``; ``work`` is scratch space."""
-    info = torch_info()
-    overlays = collect()
-    repo = pristine_tree(work / "tree")
+def commit_series(repo: pathlib.Path, overlays: list[OverlayExport], work: pathlib.Path,
+                  info: dict[str, str], *, added_only: bool = False) -> list[str]:
+    """Commit each overlay's patch on top of ``repo`` (a pristine tree); the commits'
+    hashes, in series order. ``added_only``: only the files the series adds (the new
+    modules, templates and tests, whose patches need no upstream file), in an empty
+    ``repo``, each commit titled by its overlay's name."""
+    added = {p for o in overlays for p in (*o.files, *o.tests)}
+    commits = []
     for overlay in overlays:
         for diff in overlay.diffs:
-            _apply_diff(repo, overlay, diff, work / "diffs", info)
+            if not added_only or diff_target(diff) in added:
+                _apply_diff(repo, overlay, diff, work / "diffs", info)
         for path, source in {**overlay.files, **overlay.tests}.items():
             target = repo / path
             if target.exists():
@@ -402,8 +442,21 @@ def build_series(out_dir: pathlib.Path, work: pathlib.Path) -> list[str]:
                 if diff_target(diff) in {**overlay.files, **overlay.tests}:
                     _apply_diff(repo, part, diff, work / "diffs", info, reverse=True)
         git(repo, "add", "-A")
-        git(repo, "commit", "-q", "--cleanup=whitespace", "-F", "-", input=commit_message(overlay),
-            env=authorship(overlay))
+        if added_only:
+            git(repo, "commit", "-q", "--allow-empty", "-m", overlay.name)
+        else:
+            git(repo, "commit", "-q", "--cleanup=whitespace", "-F", "-",
+                input=commit_message(overlay), env=authorship(overlay))
+        commits.append(git(repo, "rev-parse", "HEAD").stdout.strip())
+    return commits
+
+
+def build_series(out_dir: pathlib.Path, work: pathlib.Path) -> list[str]:
+    """Write the series (and pin) into ``out_dir``; ``work`` is scratch space."""
+    info = torch_info()
+    overlays = collect()
+    repo = pristine_tree(work / "tree")
+    commit_series(repo, overlays, work, info)
     out_dir.mkdir(parents=True, exist_ok=True)
     for old in out_dir.glob("*.patch"):
         old.unlink()
@@ -421,6 +474,128 @@ def build_series(out_dir: pathlib.Path, work: pathlib.Path) -> list[str]:
         f"triton {info['triton']}\n"
         "# the series applies to pytorch/pytorch at git_version (torch/_inductor as installed)\n")
     return names
+
+
+# ---------------------------------------------------------------------------
+# A file at any point of the series; the parts' diffs from an edited file
+
+
+def tree_path(path: str) -> str:
+    """The series' path of a project file (``torch_overlay/_inductor/x.py`` is
+    ``torch/_inductor/x.py``; tests and upstream paths are as they are)."""
+    path = rel(pathlib.Path(path).resolve()) if pathlib.Path(path).is_absolute() else path
+    path = path.removeprefix("./")
+    if path.startswith("torch_overlay/_inductor/"):
+        return "torch/_inductor/" + path.removeprefix("torch_overlay/_inductor/")
+    return path
+
+
+def patch_index(overlays: list[OverlayExport], after: str) -> int:
+    """The 0-based index of the patch named by ``after``: its number (``5``, ``0005``,
+    a patch file name) or its overlay's or part's name."""
+    names = [o.name for o in overlays]
+    if after in names:
+        return names.index(after)
+    if m := re.match(r"^(\d+)(-|$)", after):
+        if 1 <= int(m.group(1)) <= len(overlays):
+            return int(m.group(1)) - 1
+    raise ExportError(f"no patch {after!r} in the series: a number from 1 to {len(overlays)} or "
+                      f"one of {', '.join(names)}")
+
+
+def show(path: str, after: str | None = None) -> str:
+    """``path`` as it stands after the patch ``after`` (the last when None). A file the
+    series adds is replayed from the project's files alone; an upstream file needs the
+    torch of patches/UPSTREAM_PIN."""
+    overlays, path = collect(), tree_path(path)
+    index = len(overlays) - 1 if after is None else patch_index(overlays, after)
+    added_only = any(path in {**o.files, **o.tests} for o in overlays)
+    with tempfile.TemporaryDirectory(prefix="export_show_") as tmp:
+        work = pathlib.Path(tmp)
+        if added_only:
+            repo, info = work / "tree", {"torch": "(the series' new files only)"}
+            repo.mkdir()
+            git(repo, "init", "-q", "-b", "main")
+        else:
+            require_pinned_torch()
+            repo, info = pristine_tree(work / "tree"), torch_info()
+        # all of them: a patch that adds a file writes it less the later parts' edits
+        commits = commit_series(repo, overlays, work, info, added_only=added_only)
+        proc = git(repo, "show", f"{commits[index]}:{path}", check=False)
+        if proc.returncode != 0:
+            adds = [f"{i + 1:04d} ({o.name})" for i, o in enumerate(overlays)
+                    if path in {**o.files, **o.tests}]
+            raise ExportError(f"{path} is not in the tree after patch {index + 1:04d} "
+                              f"({overlays[index].name})"
+                              + (f"; patch {adds[0]} adds it" if adds else ""))
+        return proc.stdout
+
+
+def part_diffs(overlays: list[OverlayExport], path: str) -> list[tuple[str, pathlib.Path]]:
+    """(part, series/ diff) of each part that edits ``path``, a file the series adds, in
+    series order."""
+    return [(o.name, d) for o in overlays if o.part_of is not None for d in o.diffs
+            if d.is_relative_to(SERIES) and diff_target(d) == path]
+
+
+def rebased_parts(overlays: list[OverlayExport], path: str,
+                  work: pathlib.Path) -> tuple[dict[pathlib.Path, str], str | None]:
+    """The text of each part's diff of ``path`` (a file the series adds) that takes the
+    file as it now is back to the patch before the part, and that part's edit (git's
+    hunks); or why a part's hunks no longer apply to it, with fuzz (changed context),
+    naming the part."""
+    source = next(s for o in overlays for p, s in {**o.files, **o.tests}.items() if p == path)
+    diffs = part_diffs(overlays, path)
+    repo = work / "tree"
+    git(repo.parent, "init", "-q", "-b", "main", repo.name)
+    (repo / path).parent.mkdir(parents=True, exist_ok=True)
+    (repo / path).write_bytes(read_source(source))
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "whole")
+    states = [git(repo, "rev-parse", "HEAD").stdout.strip()]
+    for part, diff in reversed(diffs):
+        staged = work / f"{part}.diff"
+        staged.write_bytes(read_source(diff))
+        for context in (3, 2, 1):  # git's default first: changed context lines then fuzz
+            proc = git(repo, "apply", "-R", f"-C{context}", "--whitespace=nowarn", str(staged),
+                       check=False)
+            if proc.returncode == 0:
+                break
+        else:
+            return {}, (f"part {part}: {rel(diff)} no longer applies to {rel(source)} (lines it "
+                        f"adds changed there): edit it by hand\n" + _hunk_report(proc.stderr))
+        git(repo, "commit", "-q", "-a", "-m", f"before {part}")
+        states.insert(0, git(repo, "rev-parse", "HEAD").stdout.strip())
+    texts = {}
+    for (part, diff), before, after in zip(diffs, states, states[1:]):
+        text = git(repo, "diff", before, after, "--", path).stdout
+        texts[diff] = text[text.index("--- a/"):]
+    return texts, None
+
+
+def rebase_parts(paths: Iterable[str] = ()) -> tuple[list[pathlib.Path], list[str]]:
+    """Rewrite the series/ diffs of the parts that edit ``paths`` (every file the series
+    adds that a part edits, when empty) from those files as they now are. Returns the
+    diffs rewritten and the parts whose hunks no longer apply."""
+    overlays = collect()
+    targets = [tree_path(p) for p in paths] or sorted(
+        {diff_target(d) for o in overlays for d in o.diffs if d.is_relative_to(SERIES)})
+    added = {p for o in overlays for p in (*o.files, *o.tests)}
+    rewritten, problems = [], []
+    for path in targets:
+        if path not in added or not part_diffs(overlays, path):
+            problems.append(f"{path}: not a file the series adds that a part edits (series/ "
+                            "has no diff of it)")
+            continue
+        with tempfile.TemporaryDirectory(prefix="export_rebase_") as tmp:
+            texts, problem = rebased_parts(overlays, path, pathlib.Path(tmp))
+        if problem:
+            problems.append(problem)
+        for diff, text in texts.items():
+            if read_source(diff).decode() != text:
+                diff.write_text(text)
+                rewritten.append(diff)
+    return rewritten, problems
 
 
 # ---------------------------------------------------------------------------
@@ -1036,6 +1211,15 @@ def main(argv: list[str] | None = None) -> int:
                              "and usort, as the GPU's; CI runs them)")
     parser.add_argument("--upstream", type=pathlib.Path, metavar="PATH",
                         help="report how the series applies to a pytorch checkout (left untouched)")
+    parser.add_argument("--show", metavar="PATH",
+                        help="print a file as it stands after a patch of the series (--after; "
+                             "the last by default): torch/_inductor/... or its project path")
+    parser.add_argument("--after", metavar="PATCH",
+                        help="with --show: the patch's number (5, 0005) or overlay or part name")
+    parser.add_argument("--rebase-parts", nargs="*", metavar="FILE",
+                        help="rewrite the series/ diffs of the parts that edit these files "
+                             "(all the series adds, when none is named) from the files as "
+                             "edited; names each part whose lines changed, to edit by hand")
     parser.add_argument("--out", type=pathlib.Path, default=PATCHES, help="output directory")
     parser.add_argument("--style-fix", type=pathlib.Path, nargs="+", metavar="FILE",
                         help="format these files as upstream's formatter would (ruff format, "
@@ -1046,6 +1230,18 @@ def main(argv: list[str] | None = None) -> int:
             left = style_fix(args.style_fix)
             print("\n".join(left))
             return 1 if left else 0
+        if args.show:
+            sys.stdout.write(show(args.show, args.after))
+            return 0
+        if args.rebase_parts is not None:
+            rewritten, problems = rebase_parts(args.rebase_parts)
+            for diff in rewritten:
+                print(f"rewrote {rel(diff)}")
+            for problem in problems:
+                print(problem, file=sys.stderr)
+            if rewritten:
+                print("then re-export: `python tools/export_patches.py`")
+            return 1 if problems else 0
         if args.check:
             return check(run_tests=not args.no_tests, compare_junit=args.compare_junit,
                          pytest_args=args.pytest_arg, only=args.only,

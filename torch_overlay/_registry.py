@@ -50,13 +50,6 @@ def _named(found: list[pathlib.Path], suffix: str) -> list[pathlib.Path]:
     return [p for p in found if p.name.endswith(f".{suffix}.diff")]
 
 
-def _edits_new_file(diff: pathlib.Path, part: str) -> bool:
-    """A part's edit of a file the overlays add (``<stem>.py`` or a template beside it),
-    which is whole here; not of an upstream file."""
-    stem = diff.name.removesuffix(f".{part}.diff")
-    return any(diff.with_name(stem + ext).exists() for ext in (".py", ".py.jinja"))
-
-
 class OverlayError(RuntimeError):
     """An overlay could not be enabled; the message names the overlay and the reason."""
 
@@ -70,11 +63,10 @@ class Overlay:
     # new upstream modules, relative to torch._inductor (file: torch_overlay/_inductor/<path>.py)
     modules: tuple[str, ...] = ()
     requires: tuple[str, ...] = ()
-    # the further patches the series splits this overlay into, in order: each edits new
-    # modules of this or an earlier overlay (``<module>.<part>.diff``, never applied at
-    # run time: the modules here are whole), may edit upstream files and declare flags
-    # (``<stem>.<part>.diff``, applied with this overlay's own) and brings
-    # test/inductor/test_<part>.py; under this overlay's flag
+    # the further patches the series splits this overlay into, in order, under this
+    # overlay's flag: each may edit upstream files and declare flags (``<stem>.<part>.diff``
+    # here, applied with this overlay's own) and brings test/inductor/test_<part>.py; its
+    # edits of the new modules, which are whole here, are the exporter's (series/)
     parts: tuple[str, ...] = ()
 
     @property
@@ -82,8 +74,7 @@ class Overlay:
         """The primary edits (made against the newest supported release; the exported
         ones), then its parts' edits of upstream files, flags included."""
         found = _diff_files()
-        return _named(found, self.name) + [
-            p for part in self.parts for p in _named(found, part) if not _edits_new_file(p, part)]
+        return _named(found, self.name) + [p for part in self.parts for p in _named(found, part)]
 
     @property
     def own_edit_files(self) -> list[pathlib.Path]:
