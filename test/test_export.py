@@ -27,7 +27,7 @@ sys.path.insert(0, str(REPO / "tools"))
 
 import export_patches  # noqa: E402
 
-NAMES = ("prologue_downcast", "matmul_meta", "tensorcore_mm", "tensorcore_mm_bmm",
+NAMES = ("prologue_downcast", "downcast_mm", "matmul_meta", "tensorcore_mm", "tensorcore_mm_bmm",
          "tensorcore_mm_splitk", "tensorcore_mm_fallback", "tensorcore_mm_dynamic", "tensorcore_mm_autotune",
          "tensorcore_mm_measure", "tensorcore_mm_decode", "gelu_add", "tensorcore_mm_gelu_add")
 # further patches of an overlay (Overlay.parts), each editing tensorcore_mm's module
