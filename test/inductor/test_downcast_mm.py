@@ -46,6 +46,7 @@ class TestDowncastMMPlan(TestCase):
     def test_declines(self):
         D = downcast_plan.Decline
         self.assertIs(self.plan(16, weight_downcast=False).decline, D.NOT_A_DOWNCAST)
+        self.assertIs(self.plan(0).decline, D.EMPTY)
         self.assertIs(self.plan(65).decline, D.TOO_MANY_ROWS)
         self.assertIs(self.plan(16, n=512, k=512).decline, D.SMALL_WEIGHT)
         self.assertIs(self.plan(16, smem=16 * 1024).decline, D.NO_FIT)

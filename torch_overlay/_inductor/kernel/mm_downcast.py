@@ -51,6 +51,8 @@ class DowncastMMChoices(InductorChoices):
             or op_name not in DOWNCAST_OPS
             or not isinstance(kernel_inputs, MMKernelInputs)
             or kernel_inputs.device_type != "cuda"
+            # an fp32 result (mm's out_dtype) is not the 16-bit matmul the template runs
+            or kernel_inputs.out_dtype() != kernel_inputs.mat1mat2()[1].get_dtype()
             or not use_triton_template(
                 kernel_inputs.output_layout(), check_max_autotune=False
             )

@@ -29,6 +29,7 @@ class Decline(enum.Enum):
     """Why the mm template is not offered; the stock choices stand."""
 
     NOT_A_DOWNCAST = "the weight is not a single-use fp32 -> 16-bit cast"
+    EMPTY = "no rows: nothing to read"
     TOO_MANY_ROWS = "M may exceed one row tile: the weight would be re-read"
     SMALL_WEIGHT = "the weight is too small for its cast kernel to matter"
     NO_FIT = "no tile config fits shared memory"
@@ -109,6 +110,8 @@ def plan(p: DowncastMM, dev: Device, *, neighbours: bool = False) -> Plan:
     benchmark), or with ``neighbours`` every decode tile that fits (max-autotune)."""
     if not p.weight_downcast:
         return Plan(decline=Decline.NOT_A_DOWNCAST)
+    if p.m_max < 1:
+        return Plan(decline=Decline.EMPTY)
     if p.m_max > MAX_ROWS:
         return Plan(decline=Decline.TOO_MANY_ROWS)
     if p.n * p.k < MIN_WEIGHT_NUMEL:
