@@ -379,6 +379,39 @@ class TestOverlays(TestCase):
         self.assertIsInstance(upstream, types.ModuleType)
 
 
+class TestChoicesContributor(TestCase):
+    def test_composes_with_the_configured_class(self):
+        # a thread makes its V.choices from config.inductor_choices_class; downcast_mm's
+        # contributor (registered through the 2.15 API, or _compat's on older releases)
+        # serves its hooks and the configured class the others
+        import threading
+
+        from torch._inductor.choices import InductorChoices
+        from torch._inductor.kernel.mm_downcast import DowncastMMChoices
+        from torch._inductor.virtualized import V
+
+        class Mine(InductorChoices):
+            def uuid(self):
+                return "mine"
+
+            def customize_fused_kernel_name(self, fused_name, src_code):
+                return "mine_" + fused_name
+
+        seen = {}
+
+        def fresh_thread():
+            with inductor_config.patch(inductor_choices_class=Mine):
+                handler = V.choices
+                seen["name"] = handler.customize_fused_kernel_name("k", "")
+                seen["finalize"] = handler._finalize_template_configs.__func__
+
+        thread = threading.Thread(target=fresh_thread)
+        thread.start()
+        thread.join()
+        self.assertEqual(seen["name"], "mine_k")
+        self.assertIs(seen["finalize"], DowncastMMChoices._finalize_template_configs)
+
+
 class TestPackageHoldsWhatRuns(TestCase):
     """Every ``.diff`` in the package is an edit of an upstream file that some overlay
     applies at run time on some supported release; the parts' edits of the files the

@@ -7,6 +7,7 @@ itself (what the installed torch does), never a version string.
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import sys
@@ -77,20 +78,25 @@ def provide_choices_registration() -> None:
         return
     registered: dict[str, type] = {}
 
+    @functools.lru_cache
+    def composed_class(contributors: tuple[type, ...], base: type) -> type:
+        bases = tuple(c for c in contributors if not issubclass(base, c))
+        return type("RegisteredInductorChoices", (*bases, base), {}) if bases else base
+
     def composed() -> Any:
         from torch._inductor import config
 
         factory = config.inductor_choices_class or choices.InductorChoices
         base = factory if isinstance(factory, type) else type(factory())
-        bases = tuple(c for c in registered.values() if not issubclass(base, c))
-        handler = type("RegisteredInductorChoices", (*bases, base), {})()
+        handler = composed_class(tuple(registered.values()), base)()
         setattr(virtualized.threadlocal, virtualized._choices._key, handler)
         return handler
 
     def register_inductor_choices(key: str, factory: type) -> None:
         registered[key] = factory
         virtualized._choices._default = composed
-        composed()
+        # this thread's handler is made again at its next use, from the config then
+        vars(virtualized.threadlocal).pop(virtualized._choices._key, None)
 
     choices.register_inductor_choices = register_inductor_choices
 
