@@ -328,19 +328,22 @@ class TestSeriesFiles(TestCase):
             self.assertEqual(export_patches.show(MODULE, after), self.committed(MODULE, upto), after)
         # a part's edit of an earlier patch's test file
         test = "test/inductor/test_tensorcore_mm.py"
-        self.assertEqual(export_patches.show(test, "tensorcore_mm_bmm"), self.committed(test, 4))
-        self.assertNotEqual(self.committed(test, 4), self.committed(test, 3))
+        bmm = number["tensorcore_mm_bmm"]
+        self.assertEqual(export_patches.show(test, "tensorcore_mm_bmm"), self.committed(test, bmm))
+        self.assertNotEqual(self.committed(test, bmm), self.committed(test, bmm - 1))
         # the last patch leaves the whole file; the project path names it too
         whole = (REPO / "torch_overlay/_inductor/kernel/mm_tensorcore.py").read_text()
         self.assertEqual(export_patches.show("torch_overlay/_inductor/kernel/mm_tensorcore.py"), whole)
 
     def test_show_before_the_patch_that_adds_it(self):
+        meta, adds = NAMES.index("matmul_meta") + 1, NAMES.index("tensorcore_mm") + 1
         with self.assertRaisesRegex(export_patches.ExportError,
-                                    r"not in the tree after patch 0002 \(matmul_meta\); patch "
-                                    r"0003 \(tensorcore_mm\) adds it"):
+                                    rf"not in the tree after patch {meta:04d} \(matmul_meta\); "
+                                    rf"patch {adds:04d} \(tensorcore_mm\) adds it"):
             export_patches.show(MODULE, "matmul_meta")
-        with self.assertRaisesRegex(export_patches.ExportError, r"no patch '13' in the series"):
-            export_patches.show(MODULE, "13")
+        past = str(len(NAMES) + 1)
+        with self.assertRaisesRegex(export_patches.ExportError, rf"no patch '{past}' in the series"):
+            export_patches.show(MODULE, past)
 
     def test_show_command(self):
         out = io.StringIO()
@@ -387,7 +390,8 @@ class TestSeriesFiles(TestCase):
         with sources({module: edited, diff: text}):
             first = export_patches.show(MODULE, "tensorcore_mm")
             self.assertIn(new, first)
-            self.assertEqual(first, self.committed(MODULE, 3).replace(old, new))
+            upto = NAMES.index("tensorcore_mm") + 1
+            self.assertEqual(first, self.committed(MODULE, upto).replace(old, new))
 
     def test_rebase_of_a_file_no_part_edits(self):
         err = io.StringIO()

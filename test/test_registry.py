@@ -411,6 +411,27 @@ class TestChoicesContributor(TestCase):
         self.assertEqual(seen["name"], "mine_k")
         self.assertIs(seen["finalize"], DowncastMMChoices._finalize_template_configs)
 
+    def test_withdrawn_while_disabled(self):
+        # the contributor reads downcast_mm's flag, which disabling removes: a compile then
+        # must not meet it
+        from torch._inductor.choices import registered_inductor_choices
+
+        from torch_overlay.testing import get_code
+
+        def linear(x, w):
+            with torch.autocast("cuda", torch.bfloat16):
+                return torch.nn.functional.linear(x, w)
+
+        args = torch.randn(16, 2048), torch.randn(2048, 2048)
+        try:
+            torch_overlay.disable("downcast_mm")
+            self.assertNotIn("downcast_mm", dict(registered_inductor_choices()))
+            self.assertNotIn("downcast_mm_template", inductor_config._config)
+            self.assertIn("extern_kernels.mm", get_code(torch.compile(linear), *args)[0])
+        finally:
+            torch_overlay.enable()
+        self.assertIn("downcast_mm", dict(registered_inductor_choices()))
+
 
 class TestPackageHoldsWhatRuns(TestCase):
     """Every ``.diff`` in the package is an edit of an upstream file that some overlay

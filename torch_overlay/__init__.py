@@ -43,6 +43,7 @@ OVERLAYS: tuple[Overlay, ...] = tuple(REGISTRY.register(o) for o in (
         flag="downcast_mm_template",
         modules=("kernel.mm_downcast_plan", "heuristics.template.downcast_mm",
                  "kernel.mm_downcast"),
+        choices=("downcast_mm",),
         requires=("prologue_downcast",),
     ),
     Overlay(

@@ -98,7 +98,13 @@ def provide_choices_registration() -> None:
         # this thread's handler is made again at its next use, from the config then
         vars(virtualized.threadlocal).pop(virtualized._choices._key, None)
 
+    def unregister_inductor_choices(key: str) -> None:
+        registered.pop(key, None)
+        vars(virtualized.threadlocal).pop(virtualized._choices._key, None)
+
     choices.register_inductor_choices = register_inductor_choices
+    choices.unregister_inductor_choices = unregister_inductor_choices
+    choices.registered_inductor_choices = lambda: tuple(registered.items())
 
 
 def adapt(module: Any) -> None:

@@ -68,6 +68,9 @@ class Overlay:
     # here, applied with this overlay's own) and brings test/inductor/test_<part>.py; its
     # edits of the new modules, which are whole here, are the exporter's (series/)
     parts: tuple[str, ...] = ()
+    # keys of the InductorChoices contributors its modules register (register_inductor_choices):
+    # withdrawn while the overlay is disabled, whose flags they read
+    choices: tuple[str, ...] = ()
 
     @property
     def edit_files(self) -> list[pathlib.Path]:
@@ -181,6 +184,8 @@ class Registry:
         # overlays whose entries the activation hook declared: they stay declared, the
         # flag off, while the overlay is not enabled (the user's settings code runs)
         self._kept: set[str] = set()
+        # contributor key -> the factory its module registered, once imported
+        self._contributors: dict[str, Any] = {}
         self._lock = threading.RLock()
 
     # -- declaration ---------------------------------------------------------
@@ -358,6 +363,11 @@ class Registry:
             if (diff := FileDiff.read(path)).imports_modules:
                 for module in diff.imported_modules():
                     importlib.import_module(module)
+        if overlay.choices:
+            from torch._inductor.choices import registered_inductor_choices
+
+            registered = dict(registered_inductor_choices())
+            self._contributors.update({k: registered[k] for k in overlay.choices if k in registered})
 
     def disable(self, names: Iterable[str] | None = None) -> None:
         """Restore upstream for the named overlays (all when None) and their dependants,
@@ -425,6 +435,23 @@ class Registry:
         if names:
             _add_config(inductor_config, DIGEST_CONFIG, digest(names, diffs), str)
         self._enabled = list(names)
+        self._sync_contributors(names)
+
+    def _sync_contributors(self, names: list[str]) -> None:
+        """The enabled overlays' InductorChoices contributors registered, the others' not."""
+        if not self._contributors:
+            return
+        from torch._inductor import choices
+
+        registered = dict(choices.registered_inductor_choices())
+        for overlay in self._overlays.values():
+            for key in overlay.choices:
+                if key not in self._contributors:
+                    continue
+                if overlay.name in names and key not in registered:
+                    choices.register_inductor_choices(key, self._contributors[key])
+                elif overlay.name not in names and key in registered:
+                    choices.unregister_inductor_choices(key)
 
 
 def digest(names: list[str], diffs: list[FileDiff]) -> str:
