@@ -18,7 +18,7 @@ from unittest import mock
 
 import torch
 from torch._inductor import config
-from torch._inductor.scheduler import FusionResult, Scheduler
+from torch._inductor.scheduler import FusionResult, Scheduler, SchedulerNode
 from torch._inductor.test_case import run_tests, TestCase
 from torch._inductor.utils import get_code, run_and_get_code
 from torch.testing import FileCheck
@@ -144,6 +144,38 @@ class TestPrologueDowncast(TestCase):
         pointwise = re.compile(r"def triton_poi\w*\(.*?\n\n", re.DOTALL)
         self.assertEqual(len(pointwise.findall(off)), 1)
         self.assertEqual(pointwise.findall(on), pointwise.findall(off))
+
+    def test_heuristic_has_no_side_effect(self):
+        # the heuristic only decides; the cast read through w.t() is reordered where
+        # fusion is decided (shared_data_after_reordering_loop), and then fuses
+        checking = []
+        reorders = []
+        check = Scheduler.check_prologue_fusion_heuristics_fusable
+        reorder = SchedulerNode.reorder_loops_by_dep_pair
+
+        def checked(self, *args):
+            checking.append(True)
+            try:
+                return check(self, *args)
+            finally:
+                checking.pop()
+
+        def reordered(self, *args):
+            reorders.append(bool(checking))
+            return reorder(self, *args)
+
+        fn = weight_cast_t
+        inputs = self.inputs(fn, 16, 256, 512, torch.bfloat16)
+        with (
+            mock.patch.object(
+                Scheduler, "check_prologue_fusion_heuristics_fusable", checked
+            ),
+            mock.patch.object(SchedulerNode, "reorder_loops_by_dep_pair", reordered),
+        ):
+            code = get_code(torch.compile(fn), *inputs)[0]
+        self.check_kernels(code, 1)
+        self.assertIn(False, reorders)
+        self.assertNotIn(True, reorders)
 
     def test_activation_downcast_refused(self):
         # test_max_autotune.py's test_downcast, flag on: x is re-read once per column tile
