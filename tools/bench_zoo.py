@@ -22,13 +22,16 @@ after the first do: projecting the encoder states is once a sequence, a batch8 r
 16 (batch 1 recompiles: Dynamo specializes sizes 0 and 1); ``batch8`` 8x128 tokens or 8
 images; ``train`` forward + backward, loss the mean square of the output (a random model's
 mean output is near 0: its relative error would say nothing), its errors those of every
-parameter's gradient as one vector. Dropout is off (eval mode).
+parameter's gradient as one vector. Dropout is off (eval mode). ``--mode reduce-overhead`` or ``max-autotune`` compiles both sides in
+that mode (CUDA graphs) and times the decode rows as wall time per call, graph replays back to
+back: what a launch-bound decode step costs a user.
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
 import dataclasses
+import functools
 import gc
 import itertools
 import pathlib
@@ -45,6 +48,8 @@ from bench_common import (environment, gpu_available, log, median_ms, one_line,
 from bench_report import markdown_table, text_table, write_json
 
 ROWS = ("decode1", "decode_dyn", "batch8", "train")
+MODES = ("default", "reduce-overhead", "max-autotune")
+GRAPH_ROWS = ("decode1", "decode_dyn")  # the rows timed under CUDA graphs
 DYN_BATCHES = (4, 16, 1)  # the first compiles (a size-1 dim cannot be marked dynamic)
 SEQ, BATCH, ENC_SEQ = 128, 8, 128
 WARMUP, ITERS = 3, 20
@@ -246,6 +251,19 @@ def kernel_us(call, iters: int = ITERS, warmup: int = WARMUP) -> float:
 
 
 PROFILER_TIMER = "GPU kernel time (torch.profiler, summed)"
+WALL_TIMER = "wall time per call (CUDA-graph replays back to back)"
+
+
+def wall_us(call, iters: int = ITERS, warmup: int = WARMUP) -> float:
+    """Host-to-host time per call, the GPU synchronized before and after ``iters`` calls."""
+    for _ in range(warmup):
+        call()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(iters):
+        call()
+    torch.cuda.synchronize()
+    return 1e6 * (time.perf_counter() - start) / iters
 
 
 def pick_timer() -> tuple:
@@ -329,6 +347,8 @@ def measure_row(spec: Spec, model, row: str, device: str = "cuda", timer=kernel_
         return out.float().pow(2).mean() if train else out
 
     def call(fn, b, seed=0):
+        # a new step for CUDA graphs (a no-op without): the last call's outputs may be reused
+        torch.compiler.cudagraph_mark_step_begin()
         if not train:
             with torch.no_grad():
                 return fn(*sets[b][seed])
@@ -342,7 +362,7 @@ def measure_row(spec: Spec, model, row: str, device: str = "cuda", timer=kernel_
         a sample of rounding; the gradients are the backward's and the forward's work)."""
         out = call(fn, b, seed)
         if not train:
-            return out
+            return out.clone()  # a CUDA graph's next replay overwrites its output
         return torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
 
     def errs(fn, b) -> dict:
@@ -482,9 +502,12 @@ def run(args, argv) -> int:
         log(f"overlays not enabled: {e}")
     env = {**environment(["zoo", *argv], overlays), "transformers": transformers.__version__,
            "compile_workers": workers}
-    timer, timer_name = pick_timer()
+    timer, timer_name = pick_timer() if args.mode == "default" else (wall_us, WALL_TIMER)
+    compile = (torch.compile if args.mode == "default" else
+               functools.partial(torch.compile, mode=args.mode))
     doc = {"env": env, "settings": {"timer": timer_name, "warmup": WARMUP, "iters": ITERS,
-                                    "budget_s": args.budget_s, "compiles": args.compiles},
+                                    "budget_s": args.budget_s, "compiles": args.compiles,
+                                    "mode": args.mode},
            "models": {}, "rows": []}
     plan = [(m, r) for m, r in ORDER if m in args.models and r in args.rows
             and r in SPECS[m].rows()]
@@ -504,8 +527,8 @@ def run(args, argv) -> int:
                                            "params": sum(p.numel() for p in model.parameters()),
                                            "attn": model.config._attn_implementation}
                 for e in measure_row(spec, models[name], row, timer=timer,
-                                     compiles=args.compiles):
-                    doc["rows"].append(e)
+                                     compile=compile, compiles=args.compiles):
+                    doc["rows"].append({**e, "mode": args.mode})
                     s, o = e["sides"]["stock"], e["sides"]["overlay"]
                     log(f"    {label(e)}: stock {s['mean_us']:.1f} us, overlay "
                         f"{o['mean_us']:.1f} us, {e['ratio']:.2f}x; err {s['err']:.1e} / "
@@ -621,20 +644,26 @@ def main(argv: list[str]) -> int:
                    help="directory for zoo.json and zoo.md (default: bench_out)")
     p.add_argument("--models", type=lambda s: s.split(","), default=list(SPECS),
                    help=f"default: {','.join(SPECS)}")
-    p.add_argument("--rows", type=lambda s: s.split(","), default=list(ROWS),
-                   help=f"default: {','.join(ROWS)}")
+    p.add_argument("--rows", type=lambda s: s.split(","),
+                   help=f"default: {','.join(ROWS)} ({','.join(GRAPH_ROWS)} with --mode)")
     p.add_argument("--budget-s", type=float, default=DEFAULT_BUDGET_S,
                    help=f"start no row after this many seconds (default {DEFAULT_BUDGET_S})")
     p.add_argument("--compiles", type=int, default=DEFAULT_COMPILES,
                    help="compiles a side, the fastest kept (default "
                         f"{DEFAULT_COMPILES}): runtime autotuning varies between compiles")
+    p.add_argument("--mode", choices=MODES, default="default",
+                   help="torch.compile's mode for both sides; reduce-overhead and max-autotune "
+                        f"(CUDA graphs) time {' and '.join(GRAPH_ROWS)} as wall time per call")
     p.add_argument("--compile-only", action="store_true",
                    help="tiny configs, overlays on, GPU-free H200 code generation")
     p.add_argument("--list", action="store_true", help="the models and their rows")
     args = p.parse_args(argv)
-    unknown = [m for m in args.models if m not in SPECS] + [r for r in args.rows if r not in ROWS]
+    rows = ROWS if args.mode == "default" else GRAPH_ROWS
+    args.rows = args.rows or list(rows)
+    unknown = [m for m in args.models if m not in SPECS] + [r for r in args.rows if r not in rows]
     if unknown:
-        print(f"bench.py zoo: unknown {', '.join(unknown)}", file=sys.stderr)
+        print(f"bench.py zoo: unknown {', '.join(unknown)} (rows in mode {args.mode}: "
+              f"{', '.join(rows)})", file=sys.stderr)
         return 2
     if args.list:
         for s in (SPECS[m] for m in args.models):
