@@ -14,6 +14,7 @@ from unittest import mock
 
 import torch
 import torch.nn.functional as F
+from torch._dynamo.utils import counters
 from torch._inductor import config as inductor_config
 from torch._inductor.kernel import mm_tensorcore, mm_tensorcore_plan as planner
 from torch._inductor.test_case import run_tests, TestCase
@@ -295,6 +296,39 @@ class TestTensorCoreMMAutotune(TensorCoreMMTestCase):
             all(c.name.startswith("triton_tensorcore_mm") for c in templates)
         )
         self.assertEqual(sum(isinstance(c, SubgraphChoiceCaller) for c in choices), 1)
+
+    @plans_as_h200
+    @parametrize("dynamic", [False, True])
+    def test_split_k_under_max_autotune_needs_a_static_m(self, dynamic):
+        # the autotuner allocates a choice's workspace by its count, which a symbolic M
+        # leaves symbolic: there the split config is not offered, and the stock lowering
+        # runs (a forced split config has no neighbour; the stock backends, ATen alone,
+        # leave nothing to benchmark)
+        seen = []
+
+        def pick_first(name, choices, *args, **kwargs):
+            seen.append(list(choices))
+            return choices[0].output_node(), choices[0]
+
+        x, w, b = gpu_randn((16, 512), (256, 512), (256,))
+        if dynamic:
+            torch._dynamo.mark_dynamic(x, 0)
+        with (
+            inductor_config.patch(
+                max_autotune=True,
+                max_autotune_gemm_backends="ATEN",
+                tensorcore_mm_force_config=dict(SWAP, SPLIT_K=2),
+            ),
+            mock.patch.object(mm_tensorcore, "autotune_select_algorithm", pick_first),
+        ):
+            self.cuda_code(linear(), x, w, b)
+        choices = [c for cs in seen for c in cs]
+        self.assertEqual(
+            any(getattr(c, "workspace_arg", None) for c in choices), not dynamic
+        )
+        self.assertEqual(
+            counters["inductor"]["tensorcore_mm_fallback:no_config"], int(dynamic)
+        )
 
     @plans_as_h200
     @inductor_config.patch(tensorcore_mm_force_config=SWAP)

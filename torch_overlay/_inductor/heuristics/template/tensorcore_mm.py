@@ -13,6 +13,7 @@ from typing import Any, TYPE_CHECKING
 import sympy
 
 import torch
+from torch._inductor import config
 from torch._inductor.codegen.triton import triton_type
 from torch._inductor.heuristics.registry import register_template_heuristic
 from torch._inductor.kernel_inputs import KernelInputs, MMKernelInputs
@@ -33,6 +34,19 @@ if TYPE_CHECKING:
 _CUDA = torch.version.hip is None
 
 
+def planned_configs(kernel_inputs: MMKernelInputs) -> list[Any]:
+    """The configs the lowering planned. Under max-autotune a symbolic M drops split-K's:
+    the autotuner allocates a config's workspace by its count, which M leaves symbolic."""
+    # TensorCoreMMKernelInputs: only the tensorcore_mm lowering plans this template
+    configs = list(getattr(kernel_inputs, "configs", ()))
+    m = kernel_inputs.mnk_symbolic()[0]
+    if (config.max_autotune or config.max_autotune_gemm) and not isinstance(
+        m, (int, sympy.Integer)
+    ):
+        configs = [cfg for cfg in configs if cfg.SPLIT_K == 1]
+    return configs
+
+
 @register_template_heuristic(tensorcore_mm_template.uid, "cuda", register=_CUDA)
 @register_template_heuristic(tensorcore_bmm_template.uid, "cuda", register=_CUDA)
 class TensorCoreMMTemplateConfigHeuristic(TemplateConfigHeuristics):
@@ -43,8 +57,7 @@ class TensorCoreMMTemplateConfigHeuristic(TemplateConfigHeuristics):
     ) -> Iterator[dict[str, Any]]:
         assert isinstance(kernel_inputs, MMKernelInputs)
         k = kernel_inputs.mnk_symbolic()[2]
-        # TensorCoreMMKernelInputs: only the tensorcore_mm lowering plans this template
-        for cfg in getattr(kernel_inputs, "configs", ()):
+        for cfg in planned_configs(kernel_inputs):
             yield dict(
                 cfg.kwargs(),
                 EVEN_K=V.graph.sizevars.statically_known_true(
@@ -67,7 +80,7 @@ class TensorCoreMMTemplateConfigHeuristic(TemplateConfigHeuristics):
         workspace = max(
             (
                 cfg.workspace_bytes(m, n, ceildiv)
-                for cfg in getattr(kernel_inputs, "configs", ())
+                for cfg in planned_configs(kernel_inputs)
             ),
             key=V.graph.sizevars.optimization_hint,
             default=0,
