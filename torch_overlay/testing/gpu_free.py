@@ -121,7 +121,9 @@ class FakeGPU:
     def _tensor_to(self, original: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(original)
         def to(t: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-            device, dtype, _, memory_format = torch._C._nn._parse_to(*args, **kwargs)
+            # _parse_to takes Tensor.to's arguments but copy (HF's generate passes it)
+            parsed = {k: v for k, v in kwargs.items() if k != "copy"}
+            device, dtype, _, memory_format = torch._C._nn._parse_to(*args, **parsed)
             if not _is_cuda(device) or _compiling():
                 return original(t, *args, **kwargs)
             if _on_faked_gpu(t):
