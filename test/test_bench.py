@@ -438,7 +438,7 @@ class TestPublished(TestCase):
         published = (REPO / "BENCHMARKS.md").read_text()
         self.assertEqual(out.getvalue(), published,
                          "BENCHMARKS.md is stale: python tools/bench.py report > BENCHMARKS.md")
-        self.assertLess(len(published.splitlines()), 400)
+        self.assertLess(len(published.splitlines()), 420)  # a few hundred lines
 
     def test_every_table_names_gpu_and_releases_and_every_row_a_date(self):
         text = (REPO / "BENCHMARKS.md").read_text()
@@ -451,7 +451,7 @@ class TestPublished(TestCase):
             data = [x for x in rows if not x.startswith(("| case ", "| model "))]
             self.assertTrue(data, head)
             for row in data:
-                self.assertRegex(row, r"\| 20\d\d-\d\d-\d\d, (profiler|graph|do_bench)")
+                self.assertRegex(row, r"\| 20\d\d-\d\d-\d\d, (profiler|wall|graph|do_bench)")
             tables += 1
         self.assertGreaterEqual(tables, 20)
 

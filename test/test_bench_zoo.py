@@ -60,6 +60,11 @@ class TestZooCommand(TestCase):
                       "decode1, decode_dyn, batch8", out)
         self.assertIn("vit-large: google/vit-large-patch16-224", out)
         self.assertEqual(run_main(["zoo", "--models", "llama7"])[0], 2)
+        # under CUDA graphs only the decode rows are timed
+        rc, _, err = run_main(["zoo", "--mode", "reduce-overhead", "--rows", "batch8"])
+        self.assertEqual(rc, 2)
+        self.assertIn("rows in mode reduce-overhead: decode1, decode_dyn", err)
+        self.assertEqual(run_main(["zoo", "--mode", "max-autotune", "--list"])[0], 0)
         # every model's rows are in the run order
         planned = {(m, r) for m, r in zoo.ORDER}
         self.assertEqual(planned, {(s.name, r) for s in zoo.SPECS.values() for r in s.rows()})

@@ -291,8 +291,8 @@ def models_summary(doc: dict) -> str:
 # -- BENCHMARKS.md: the newest measurement of each row, per GPU and release -----------
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "bench_results"
-FAMILIES = ("decode", "dynamic batch", "batched", "training", "operators", "max-autotune",
-            "freezing")
+FAMILIES = ("decode", "dynamic batch", "CUDA graphs", "batched", "training", "operators",
+            "max-autotune", "freezing")
 ZOO_FAMILY = {"decode1": "decode", "decode_dyn": "dynamic batch", "batch8": "batched",
               "train": "training"}
 # per operator family: the modes it shows, and the (faster, baseline) ratios
@@ -313,6 +313,12 @@ FAMILY_TEXT = {
               "cached encoder states). `bench.py zoo --rows decode1`.",
     "dynamic batch": "The same step with the batch dim `mark_dynamic`, compiled at B = 4 and "
                      "timed at 1, 4, 16 (B = 1 recompiles). `bench.py zoo --rows decode_dyn`.",
+    "CUDA graphs": "The decode and dynamic-batch rows compiled with `mode=\"reduce-overhead\"` or "
+                   "`mode=\"max-autotune\"`, which capture CUDA graphs (stock / overlay us, "
+                   "overlay / stock; under max-autotune both sides are max-autotune): wall time "
+                   "per call of graph replays back to back (*wall*), what a launch-bound step "
+                   "costs. "
+                   "`bench.py zoo --mode reduce-overhead` (or `max-autotune`).",
     "batched": "8 x 128 tokens (8 images for ViT): where the plan keeps stock's code. "
                "`bench.py zoo --rows batch8`.",
     "training": "Forward and backward of the batched row; errors are those of every "
@@ -335,6 +341,8 @@ how many times faster the first side is, both sides measured in the same run.
   20 calls after 3 warm-up calls); each side compiled cold in its own cache, timed in
   both orders, the faster of N compiles a side (*cN*). fp32 parameters under bf16
   autocast, random weights of the public configs' dimensions, 2 layers.
+- *wall*: host-to-host time per call of 20 CUDA-graph replays back to back. *same code*:
+  both sides generated the same code, so their ratio is runtime autotuning's spread.
 - *graph*: a CUDA-graph replay of one call per input set, inputs rotated past the L2;
   *do_bench*: `triton.testing.do_bench` median of the calls, host included. *pN*: the
   modes measured N times in alternating order, the lower median kept.
@@ -374,7 +382,11 @@ def entries(doc: dict):
         for r in doc["rows"]:
             if "sides" not in r:  # skipped (time budget) or failed before measuring
                 continue
-            yield ZOO_FAMILY[r["row"]], (r["model"], r["row"], r["batch"]), r
+            mode = r.get("mode", "default")
+            if mode == "default":
+                yield ZOO_FAMILY[r["row"]], (r["model"], r["row"], r["batch"]), r
+            else:
+                yield "CUDA graphs", (r["model"], f"{mode} {r['row']}", r["batch"]), r
     else:
         for record in doc["models"]:
             for r in record.get("rows", {}).values():
@@ -395,7 +407,8 @@ def timing(doc: dict) -> str:
     settings, command = doc.get("settings") or {}, doc["env"].get("command", "")
     if doc_kind(doc) == "zoo":
         compiles = settings.get("compiles")
-        return "profiler" + (f", c{compiles}" if compiles else "")
+        timer = "profiler" if settings.get("mode", "default") == "default" else "wall"
+        return timer + (f", c{compiles}" if compiles else "")
     timer = "graph" if settings.get("timer") == "CUDA-graph replay" else "do_bench"
     passes = re.search(r"--passes (\d+)", command)
     return timer + (f", p{passes.group(1)}" if passes else "")
@@ -435,26 +448,47 @@ def ops_table(family: str, rows: dict) -> str:
 
 
 def zoo_order(item) -> tuple:
-    (model, _, batch), _ = item
-    return (ZOO_MODELS.index(model) if model in ZOO_MODELS else len(ZOO_MODELS)), model, batch
+    (model, row, batch), _ = item
+    return ((ZOO_MODELS.index(model) if model in ZOO_MODELS else len(ZOO_MODELS)), model, row,
+            batch)
 
 
 def zoo_table(family: str, rows: dict) -> str:
     if family == "dynamic batch":
         return dynamic_table(rows)
+    if family == "CUDA graphs":
+        return graphs_table(rows)
     headers = ["model", "B", "stock us", "overlay us", "overlay / stock",
                "rms err stock / overlay", "peak MiB stock / overlay", "measured"]
     body = []
-    for (model, _, batch), (doc, r) in sorted(rows.items(), key=zoo_order):
+    for (model, row, batch), (doc, r) in sorted(rows.items(), key=zoo_order):
         stock, overlay = r["sides"]["stock"], r["sides"]["overlay"]
 
         def pair(k, fmt):
             a, b = stock.get(k), overlay.get(k)
             return "-" if a is None or b is None else f"{a:{fmt}} / {b:{fmt}}"
         body.append([model, str(batch), f"{stock['mean_us']:.1f}", f"{overlay['mean_us']:.1f}",
-                     f"{r['ratio']:.2f}x", pair("rms_err", ".2e"), pair("peak_mib", ".0f"),
+                     f"{r['ratio']:.2f}x" + (" (same code)" if r.get("same_code") else ""),
+                     pair("rms_err", ".2e"), pair("peak_mib", ".0f"),
                      measured(doc)])
     return markdown_table(headers, body)
+
+
+def graphs_table(rows: dict) -> str:
+    """One line a model: stock / overlay us (overlay / stock) per mode, row and batch."""
+    columns = sorted({(row, batch) for _, row, batch in rows})
+    cells: dict[str, dict] = {}
+    for (model, row, batch), (doc, r) in sorted(rows.items(), key=zoo_order):
+        line = cells.setdefault(model, {"measured": set()})
+        same = ", same code" if r.get("same_code") else ""
+        line[row, batch] = (f"{r['sides']['stock']['mean_us']:.0f} / "
+                            f"{r['sides']['overlay']['mean_us']:.0f} ({r['ratio']:.2f}x{same})")
+        line["measured"].add(measured(doc))
+    headers = (["model"] + [f"{row.replace('decode_dyn', 'dynamic')} B = {batch}"
+                            for row, batch in columns] + ["measured"])
+    return markdown_table(headers, [[model] + [line.get(c, "-") for c in columns]
+                                    + ["; ".join(sorted(line["measured"]))]
+                                    for model, line in cells.items()])
 
 
 def dynamic_table(rows: dict) -> str:
@@ -486,7 +520,7 @@ def stacks_table(rows: dict) -> str:
 
 
 def family_tables(family: str, rows: dict) -> list[str]:
-    if family in ZOO_FAMILY.values():
+    if family in (*ZOO_FAMILY.values(), "CUDA graphs"):
         return [zoo_table(family, rows)]
     by_kind: dict[str, dict] = defaultdict(dict)
     for key, (doc, r) in rows.items():
