@@ -610,14 +610,14 @@ def _lower_gemv_plan(mm: _Matmul, autotune: bool) -> Any:
 def _check_plan(mm: _Matmul, the_plan: Any, measure: bool, autotune: bool) -> None:
     """Decline a plan for stock unless timing or autotuning is to decide, counted
     by why stock serves."""
-    reread = the_plan.reason == planner.REREAD
+    reread = the_plan.stock_reason is planner.StockReason.REREAD
     if the_plan.path == "template" or measure or (autotune and reread):
         return
     if reread:
         raise _Decline("reread", fallback=False)
-    if the_plan.reason.startswith("smem"):
+    if the_plan.stock_reason is planner.StockReason.SMEM:
         raise _Decline("smem")
-    if the_plan.reason.startswith("dynamic M"):
+    if the_plan.stock_reason is planner.StockReason.DYNAMIC_M:
         raise _Decline("dynamic_m_range", fallback=False)
     p = mm.problem
     if p.weight16 and mm.a.fp32 is None and p.epilogue is None:

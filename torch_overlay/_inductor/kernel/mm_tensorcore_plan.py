@@ -77,6 +77,7 @@ hands its configs to the template's heuristic with the kernel inputs.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import math
 from typing import Any, TYPE_CHECKING
 
@@ -740,6 +741,14 @@ class Prediction:
     config: TileConfig | None = None
 
 
+class StockReason(enum.Enum):
+    """Why a plan keeps the stock path, where the lowering counts the reasons apart."""
+
+    SMEM = "smem"  # no tile config fits shared memory
+    REREAD = "reread"  # tiles re-read the operands (``REREAD``)
+    DYNAMIC_M = "dynamic_m_range"  # no config holds up over a symbolic M's range
+
+
 @dataclasses.dataclass(frozen=True)
 class Plan:
     path: str  # "stock" | "template" | "gemv"
@@ -752,6 +761,7 @@ class Plan:
     # uncertain: the template (``config``, operands as above) and the stock path are
     # timed on the device and the faster taken; ``path`` is the prediction's choice
     measure: bool = False
+    stock_reason: StockReason | None = None
 
     def describe(self) -> str:
         rows = ", ".join(f"{q.label}={q.seconds * 1e6:.1f}us" for q in self.predictions)
@@ -1004,7 +1014,10 @@ def plan(
     preds = (stock, *_template_predictions(p, dev, options, force))
     if len(preds) == 1:
         return Plan(
-            "stock", "smem: no tile config fits shared memory", predictions=preds
+            "stock",
+            "smem: no tile config fits shared memory",
+            predictions=preds,
+            stock_reason=StockReason.SMEM,
         )
     best = _best_template(p, preds[1:])
     if gemv is not None and force.path != "template":
@@ -1143,6 +1156,7 @@ def _predicted_plan(
             fused_bias,
             best.config,
             preds,
+            stock_reason=StockReason.REREAD,
         )
     # Sure of a large win where the weight is streamed once; a smaller one, or a
     # compute-bound main loop, is measured on the device where the lowering can. An
@@ -1227,6 +1241,7 @@ def plan_dynamic_m(
             "stock",
             f"dynamic M up to {m_max}: no config holds up",
             predictions=base.predictions,
+            stock_reason=StockReason.DYNAMIC_M,
         )
     fa, fb, cfg = best
     return dataclasses.replace(
