@@ -2,7 +2,7 @@
 the Problem from the graph, the plan module decides with no Inductor (nor torch) import,
 and the template's heuristic only passes the plan's configs on; the kernel never imports
 its heuristic back; the code holds no GPU's product name and no lab note (timings live in
-BENCHMARKS.md). Project rules, checked on the overlay's own modules; and across the tree,
+BENCHMARKS.md); no function of the package runs past 80 lines. Project rules, checked on the overlay's own modules; and across the tree,
 no text tells how the project was built (history lives in git)."""
 from __future__ import annotations
 
@@ -22,6 +22,8 @@ KERNEL = INDUCTOR / "kernel"
 # reports, never its name) or a lab note (a measured ratio, a timing, a date)
 PRODUCT = re.compile(r"\b(?:[ABHL]\d{2,3}[A-Z]?|GB?\d{3}|V100|T4|L4|RTX)\b")
 LAB_NOTE = re.compile(r"\b\d+\.\d+x\b|\b\d+(?:\.\d+)? ?us\b|\b20\d\d-\d\d-\d\d\b")
+# upstream's style: a function does one thing; a longer one is split into helpers
+MAX_FUNCTION_LINES = 80
 
 
 # how the project was built, in any text of the tree: work periods ("the twenty-sixth
@@ -61,6 +63,17 @@ def imports(path: pathlib.Path) -> list[str]:
             + [n.module or "." for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)])
 
 
+def long_functions(source: str, limit: int = MAX_FUNCTION_LINES) -> list[str]:
+    """``name:line (n lines)`` of each function or method of ``source`` over ``limit``
+    lines, its decorators aside."""
+    return [
+        f"{n.name}:{n.lineno} ({n.end_lineno - n.lineno + 1} lines)"
+        for n in ast.walk(ast.parse(source))
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and n.end_lineno - n.lineno + 1 > limit
+    ]
+
+
 class TestPipeline(TestCase):
     def test_the_decision_imports_no_torch(self):
         found = imports(KERNEL / "mm_tensorcore_plan.py")
@@ -87,6 +100,26 @@ class TestPipeline(TestCase):
                 if PRODUCT.search(line) or LAB_NOTE.search(line):
                     found.append(f"{path.relative_to(INDUCTOR)}:{number}: {line.strip()}")
         self.assertGreater(files, 20)
+        self.assertEqual(found, [])
+
+    def test_the_check_finds_a_long_function(self):
+        def source(body_lines: int) -> str:
+            return "class C:\n    def f(self):\n" + "        x = 1\n" * body_lines
+
+        self.assertEqual(long_functions(source(MAX_FUNCTION_LINES)), ["f:2 (81 lines)"])
+        self.assertEqual(long_functions(source(MAX_FUNCTION_LINES - 1)), [])
+
+    def test_no_function_over_80_lines(self):
+        """Every function and method of the package: the overlays' modules, the
+        registry, the testing plugin."""
+        package = INDUCTOR.parent
+        paths = sorted(package.rglob("*.py"))
+        self.assertGreater(len(paths), 20)
+        found = [
+            f"{path.relative_to(package.parent)}: {f}"
+            for path in paths
+            for f in long_functions(path.read_text())
+        ]
         self.assertEqual(found, [])
 
 

@@ -58,57 +58,20 @@ def _module_bindings(name: str, obj) -> list[tuple[object, str]]:
     return [(mod, name) for mod in holders if getattr(mod, name, None) is obj]
 
 
-@contextlib.contextmanager
-def fake_cuda(profile: GPUProfile) -> Iterator[None]:
-    # Import what we patch first: a module imported inside the context would bind
-    # the originals (from-imports) and escape the patches below.
+def _import_patched_modules() -> None:
+    """Import what we patch first: a module imported inside the context would bind
+    the originals (from-imports) and escape the patches."""
     import torch._inductor.compile_fx  # noqa: F401
     import torch._inductor.scheduler  # noqa: F401
     import torch._inductor.fx_passes.pad_mm  # noqa: F401
     import torch._inductor.runtime.autotune_cache  # noqa: F401
     import torch._inductor.kernel.mm_grouped  # noqa: F401
-    import torch.cuda.amp.common
-    import torch.utils._triton as triton_utils
-    from torch._dynamo import device_interface
-    from triton.compiler.compiler import make_backend
+    import torch.cuda.amp.common  # noqa: F401
 
-    props = _FakeCudaDeviceProperties(profile)
-    target = _triton_target(profile)
-    backend = make_backend(target)
 
-    def get_device_properties(device=None):
-        return props
-
-    def get_device_capability(device=None):
-        return profile.capability
-
-    @functools.cache
-    def fake_triton_backend():
-        return backend
-
-    @functools.cache
-    def fake_triton_hash_with_backend():
-        import hashlib
-
-        from torch._inductor.runtime.triton_compat import triton_key
-
-        key = f"{triton_key()}-{backend.hash()}"
-        return hashlib.sha256(key.encode("utf-8")).hexdigest().upper()
-
-    def fake_driver_device_properties(device=0):
-        # what triton's CUDA driver reports (used for shared-memory limits)
-        return {
-            "max_shared_mem": profile.shared_memory_per_block_optin,
-            "multiprocessor_count": profile.multi_processor_count,
-            "max_num_regs": profile.regs_per_multiprocessor,
-            "warpSize": profile.warp_size,
-            "sm_clock_rate": profile.clock_rate,
-            "mem_clock_rate": profile.memory_clock_rate,
-            "mem_bus_width": profile.memory_bus_width,
-        }
-
-    cuda_iface = device_interface.CudaInterface
-    patches = [
+def _torch_cuda_patches(profile: GPUProfile, props: _FakeCudaDeviceProperties) -> list:
+    """torch.cuda's device queries, answered as the profiled GPU would."""
+    return [
         mock.patch("torch.cuda.is_available", lambda: True),
         mock.patch("torch.cuda.device_count", lambda: 1),
         mock.patch("torch.cuda.current_device", lambda: 0),
@@ -125,11 +88,23 @@ def fake_cuda(profile: GPUProfile) -> Iterator[None]:
         mock.patch("torch.cuda.is_current_stream_capturing", lambda: False),
         # FakeTensor creates one real tensor per device to initialise a context
         mock.patch("torch._subclasses.fake_tensor.init_gpu_context", lambda device: None),
-        mock.patch("torch.cuda.get_device_properties", get_device_properties),
-        mock.patch("torch.cuda.get_device_capability", get_device_capability),
+        mock.patch("torch.cuda.get_device_properties", lambda device=None: props),
+        mock.patch("torch.cuda.get_device_capability", lambda device=None: profile.capability),
         mock.patch("torch.cuda.get_device_name", lambda device=None: profile.name),
         mock.patch("torch.cuda.is_bf16_supported", lambda including_emulation=True: profile.major >= 8),
         mock.patch("torch.cuda.amp.common.amp_definitely_not_available", lambda: False),
+    ]
+
+
+def _device_interface_patches(profile: GPUProfile, props: _FakeCudaDeviceProperties) -> list:
+    """Dynamo's CUDA device interface (and its compile workers'), as torch.cuda's."""
+    from torch._dynamo import device_interface
+
+    def get_device_properties(device=None):
+        return props
+
+    cuda_iface = device_interface.CudaInterface
+    return [
         mock.patch.object(cuda_iface, "is_available", staticmethod(lambda: True)),
         mock.patch.object(cuda_iface, "device_count", staticmethod(lambda: 1)),
         mock.patch.object(cuda_iface, "current_device", staticmethod(lambda: 0)),
@@ -141,6 +116,30 @@ def fake_cuda(profile: GPUProfile) -> Iterator[None]:
         mock.patch.object(cuda_iface.Worker, "current_device", staticmethod(lambda: 0)),
         mock.patch.object(cuda_iface.Worker, "set_device", staticmethod(lambda device: None)),
     ]
+
+
+def _triton_patches(profile: GPUProfile) -> list:
+    """Triton's backend for the profiled target, and the cache key hashed from it,
+    at every module that imported them."""
+    import torch.utils._triton as triton_utils
+    from triton.compiler.compiler import make_backend
+
+    backend = make_backend(_triton_target(profile))
+
+    @functools.cache
+    def fake_triton_backend():
+        return backend
+
+    @functools.cache
+    def fake_triton_hash_with_backend():
+        import hashlib
+
+        from torch._inductor.runtime.triton_compat import triton_key
+
+        key = f"{triton_key()}-{backend.hash()}"
+        return hashlib.sha256(key.encode("utf-8")).hexdigest().upper()
+
+    patches = []
     for mod, name in _module_bindings("has_triton", triton_utils.has_triton):
         # torch 2.15 asks has_triton(include_cpu=True)
         patches.append(mock.patch.object(mod, name, lambda *args, **kwargs: True))
@@ -150,6 +149,13 @@ def fake_cuda(profile: GPUProfile) -> Iterator[None]:
         "triton_hash_with_backend", triton_utils.triton_hash_with_backend
     ):
         patches.append(mock.patch.object(mod, name, fake_triton_hash_with_backend))
+    return patches
+
+
+def _inductor_patches(profile: GPUProfile) -> list:
+    """Inductor's own device reads: benchmarks refused with why, shared memory, and
+    what needs real CUDA tensors."""
+
     def no_benchmarks(*args, **kwargs):
         raise RuntimeError(
             f"Inductor wants to benchmark on the device (shape padding of an odd-sized "
@@ -159,12 +165,12 @@ def fake_cuda(profile: GPUProfile) -> Iterator[None]:
 
     from torch._inductor.fx_passes import pad_mm
 
-    # reached only past pad_mm's deterministic checks, right before it times both variants
-    patches.append(mock.patch.object(pad_mm, "get_cached_should_pad", no_benchmarks))
-    patches.append(
+    patches = [
+        # reached only past pad_mm's deterministic checks, right before it times both variants
+        mock.patch.object(pad_mm, "get_cached_should_pad", no_benchmarks),
         mock.patch("torch._inductor.utils.get_gpu_shared_memory",
-                   lambda: profile.shared_memory_per_block_optin)
-    )
+                   lambda: profile.shared_memory_per_block_optin),
+    ]
     # Pattern tables trace example tensors on the input device, which needs real CUDA;
     # traced on CPU they come out the same for sm < 100 (misc_patterns adds sm100-only ones).
     from torch._inductor.fx_passes import joint_graph
@@ -189,6 +195,19 @@ def fake_cuda(profile: GPUProfile) -> Iterator[None]:
         return is_same_tensor(data, value)
 
     patches.append(mock.patch.object(inductor_graph, "is_same_tensor", is_same_fake_tensor))
+    return patches
+
+
+@contextlib.contextmanager
+def fake_cuda(profile: GPUProfile) -> Iterator[None]:
+    _import_patched_modules()
+    props = _FakeCudaDeviceProperties(profile)
+    patches = [
+        *_torch_cuda_patches(profile, props),
+        *_device_interface_patches(profile, props),
+        *_triton_patches(profile),
+        *_inductor_patches(profile),
+    ]
     with contextlib.ExitStack() as stack:
         for p in patches:
             stack.enter_context(p)

@@ -364,9 +364,45 @@ def _constant(node: torch.fx.Node, i: int, given: Any, dtype: torch.dtype) -> bo
     )
 
 
-def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
-    """Lower with the template, or raise _Decline."""
-    op, bias_i, a_i, b_i = _OPS[target]
+@dataclasses.dataclass(frozen=True)
+class _Read:
+    """An operand as the template may read it."""
+
+    given: Any  # the 16-bit IR the lowering was handed
+    fp32: Any | None  # its fp32 source, cast in the kernel where the plan says so
+    shared: bool  # that cast has other readers: it runs whatever the template does
+
+
+@dataclasses.dataclass(frozen=True)
+class _Matmul:
+    """One matmul the template may lower: its operands as read, its sizes and the
+    planner's Problem."""
+
+    node: torch.fx.Node
+    op: str
+    dtype: torch.dtype
+    dev: planner.DeviceModel
+    alpha: Any
+    beta: Any
+    a: _Read
+    b: _Read
+    bias: _Read | None
+    batch_dims: list[Any]
+    m: Any
+    n: Any
+    k: Any
+    problem: planner.Problem
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        """(B, M, N, K) as planned (the size hints)."""
+        p = self.problem
+        return (p.batch, p.m, p.n, p.k)
+
+
+def _graph_node(target: Any, args: tuple, kwargs: dict) -> torch.fx.Node:
+    """The graph node being lowered, once its arguments are ones the template takes."""
+    _, bias_i, a_i, b_i = _OPS[target]
     node = V.graph.current_node
     if node is None or node.target is not target:
         raise _Decline("not_the_graph_node", fallback=False)
@@ -380,39 +416,59 @@ def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
     if any(V.graph.sizevars.statically_known_equals(s, 0) for s in sizes):
         # an empty matmul (an MoE expert without tokens): nothing to plan
         raise _Decline("empty", fallback=False)
-    meta_mod = matmul_meta
-    meta = meta_mod.get_matmul_meta(node)
+    return node
+
+
+def _matmul_meta(node: torch.fx.Node) -> Any:
+    """The node's MatmulMeta, where it computes in dtypes the template handles."""
+    meta = matmul_meta.get_matmul_meta(node)
     if meta is None:
         raise _Decline("no_meta")
     odd = [d for d in meta.compute_dtypes if d not in (*_HALF, torch.float32)]
     if odd:  # fp64, integers: autocast leaves them alone, and so does the template
         raise _Decline(f"dtype:{str(odd[0]).removeprefix('torch.')}")
-    epilogue = _gelu_add_epilogue(node)
+    return meta
+
+
+def _compute_dtype(
+    target: Any, node: torch.fx.Node, meta: Any, args: tuple, epilogue: Any
+) -> torch.dtype:
+    """The dtype the template computes in: autocast's, or the 16-bit output's where the
+    matmul is one the template serves outside autocast."""
+    _, bias_i, a_i, b_i = _OPS[target]
     if meta.source == "autocast" and meta.autocast_dtype in _HALF:
         if meta.autocast_device != "cuda":
             raise _Decline(f"device:{meta.autocast_device}")
-        dtype = meta.autocast_dtype
-    elif meta.output_dtype in _HALF and any(
-        _source(node, i, meta.output_dtype, meta_mod) is not None for i in (a_i, b_i)
+        return meta.autocast_dtype
+    out = meta.output_dtype
+    if out in _HALF and any(
+        _source(node, i, out, matmul_meta) is not None for i in (a_i, b_i)
     ):
         # casts the user wrote (x.bfloat16() @ w.bfloat16().t()): autocast's numerics
-        dtype = meta.output_dtype
-    elif epilogue is not None and meta.output_dtype in _HALF:
+        return out
+    if epilogue is not None and out in _HALF:
         # a 16-bit matmul that a gelu-add closes: the template fuses it where cuBLAS cannot
-        dtype = meta.output_dtype
-    elif (
-        meta.output_dtype in _HALF
+        return out
+    if (
+        out in _HALF
         and bias_i is None
-        and all(d == meta.output_dtype for d in meta.compute_dtypes)
-        and _constant(node, b_i, args[b_i], meta.output_dtype)
+        and all(d == out for d in meta.compute_dtypes)
+        and _constant(node, b_i, args[b_i], out)
     ):
         # a 16-bit mm of a frozen weight that lost autocast's marks: freezing concatenates
         # the weights of linears that share an input (Llama's w1|w3) and traces the new
         # mm anew; a cuBLAS 16-bit GEMM, fp32 accumulation, as the decode kernels
-        dtype = meta.output_dtype
-    else:
-        # fp32 outside autocast included: stock uses TF32 only as the user allows
-        raise _Decline("not_autocast")
+        return out
+    # fp32 outside autocast included: stock uses TF32 only as the user allows
+    raise _Decline("not_autocast")
+
+
+def _device_model(
+    target: Any, args: tuple, meta: Any, dtype: torch.dtype
+) -> planner.DeviceModel:
+    """The model of the operands' GPU, where every input is ``dtype`` on CUDA and
+    tensor cores are allowed."""
+    _, bias_i, a_i, b_i = _OPS[target]
     mat1, mat2 = args[a_i], args[b_i]
     for x in (mat1, mat2):
         device = x.get_device()
@@ -431,24 +487,35 @@ def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
     dev = current_device_model(mat1.get_device())
     if dev is None:
         raise _Decline("device")
+    return dev
 
-    a16, a32, a_shared = _operand(node, a_i, mat1, dtype, meta_mod)
-    b16, b32, b_shared = _operand(node, b_i, mat2, dtype, meta_mod)
-    bias16 = bias32 = None
-    bias_shared = False
+
+def _matmul(
+    target: Any,
+    node: torch.fx.Node,
+    args: tuple,
+    kwargs: dict,
+    dtype: torch.dtype,
+    dev: planner.DeviceModel,
+    epilogue: Any,
+) -> _Matmul:
+    """The operands as the template may read them and the Problem the planner is asked,
+    where the template has a cast to save or an epilogue to fuse."""
+    op, bias_i, a_i, b_i = _OPS[target]
+    mat1, mat2 = args[a_i], args[b_i]
+    a = _Read(*_operand(node, a_i, mat1, dtype, matmul_meta))
+    b = _Read(*_operand(node, b_i, mat2, dtype, matmul_meta))
+    bias = None
     if bias_i is not None:
-        bias16, bias32, bias_shared = _operand(
-            node, bias_i, args[bias_i], dtype, meta_mod
-        )
+        bias = _Read(*_operand(node, bias_i, args[bias_i], dtype, matmul_meta))
     # a frozen 16-bit weight: the decode kernels may stream it faster than cuBLAS
-    weight16 = b32 is None and _constant(node, b_i, mat2, dtype)
-    if a32 is None and b32 is None and epilogue is None and not weight16:
+    weight16 = b.fp32 is None and _constant(node, b_i, mat2, dtype)
+    if a.fp32 is None and b.fp32 is None and epilogue is None and not weight16:
         raise _Decline("no_fp32_operand", fallback=False)
 
-    sizevars = V.graph.sizevars
     *batch_dims, m, k = mat1.get_size()
     n = mat2.get_size()[-1]
-    hint = functools.partial(sizevars.optimization_hint)
+    hint = functools.partial(V.graph.sizevars.optimization_hint)
     batch = int(hint(batch_dims[0])) if batch_dims else 1
     mh, nh, kh = int(hint(m)), int(hint(n)), int(hint(k))
     problem = planner.Problem(
@@ -457,62 +524,43 @@ def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
         mh,
         nh,
         kh,
-        planner.Operand(batch * mh * kh, a32 is not None, a_shared),
-        planner.Operand(batch * kh * nh, b32 is not None, b_shared),
+        planner.Operand(batch * mh * kh, a.fp32 is not None, a.shared),
+        planner.Operand(batch * kh * nh, b.fp32 is not None, b.shared),
         None
-        if bias_i is None
+        if bias is None
         else planner.Operand(
-            int(hint(ir.sympy_product(args[bias_i].get_size()))),
-            bias32 is not None,
-            bias_shared,
+            int(hint(ir.sympy_product(bias.given.get_size()))),
+            bias.fp32 is not None,
+            bias.shared,
         ),
         epilogue,
         weight16=weight16,
-        b_k_contiguous=_k_contiguous(mat2 if b32 is None else b32),
+        b_k_contiguous=_k_contiguous(mat2 if b.fp32 is None else b.fp32),
     )
+    alpha, beta = kwargs.get("alpha", 1), kwargs.get("beta", 1)
+    return _Matmul(
+        node, op, dtype, dev, alpha, beta, a, b, bias, batch_dims, m, n, k, problem
+    )
+
+
+def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
+    """Lower with the template, or raise _Decline."""
+    node = _graph_node(target, args, kwargs)
+    meta = _matmul_meta(node)
+    epilogue = _gelu_add_epilogue(node)
+    dtype = _compute_dtype(target, node, meta, args, epilogue)
+    dev = _device_model(target, args, meta, dtype)
+    mm = _matmul(target, node, args, kwargs, dtype, dev, epilogue)
     force = _force()
-    dynamic_m = not isinstance(m, int) and not getattr(m, "is_number", False)
+    dynamic_m = not isinstance(mm.m, int) and not getattr(mm.m, "is_number", False)
     if dynamic_m:
-        the_plan = _plan_dynamic_m(problem, dev, m, force)
+        the_plan = _plan_dynamic_m(mm.problem, dev, mm.m, force)
     else:
-        the_plan = planner.plan(problem, dev, force=force)
-    plan_log.debug("%s %s: %s", node, (batch, mh, nh, kh), the_plan.describe())
+        the_plan = planner.plan(mm.problem, dev, force=force)
+    plan_log.debug("%s %s: %s", node, mm.shape, the_plan.describe())
     autotune = inductor_config.max_autotune or inductor_config.max_autotune_gemm
     if the_plan.path == "gemv":
-        # read the fp32 sources unless their casts run anyway
-        a = a32 if a32 is not None and not a_shared else a16
-        b = b32 if b32 is not None and not b_shared else b16
-        bias = None
-        if bias_i is not None:
-            bias = bias32 if bias32 is not None and not bias_shared else bias16
-        if not _materialized(a):
-            # an x computed in front (a norm): once, not again for every column
-            a = realize_inputs(a)
-        # static sizes: the gemv template over a [K, N] weight, and over an [N, K] fp32
-        # one where Inductor's inner reduction would leave lanes idle
-        static = all(isinstance(v, int) or v.is_number for v in (k, n))
-        k_contiguous = _k_contiguous(b)
-        configs = []
-        if static and (
-            not k_contiguous
-            or (b.get_dtype() == torch.float32 and planner.gemv_nk(int(k), int(n), dev))
-        ):
-            configs = planner.gemv_configs(int(k), k_contiguous, autotune)
-        result, sums = _lower_gemv(
-            a,
-            b,
-            bias,
-            kwargs.get("alpha", 1),
-            kwargs.get("beta", 1),
-            dtype,
-            configs,
-        )
-        _count("tensorcore_mm_gemv")
-        if weight16:
-            _count("tensorcore_mm_gemv_frozen")
-        # the buffer the reduction kernel computes
-        meta_mod.attach_matmul_meta(sums, node)
-        return result
+        return _lower_gemv_plan(mm, autotune)
     # timing needs a live device: a compile from fake tensors alone goes by the prediction
     measure = (
         the_plan.measure
@@ -522,90 +570,161 @@ def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
         and torch.cuda.is_initialized()
         and not torch.cuda.is_current_stream_capturing()
     )
-    reread = the_plan.reason == planner.REREAD
-    if the_plan.path != "template" and not measure and not (autotune and reread):
-        if reread:
-            raise _Decline("reread", fallback=False)
-        if the_plan.reason.startswith("smem"):
-            raise _Decline("smem")
-        if the_plan.reason.startswith("dynamic M"):
-            raise _Decline("dynamic_m_range", fallback=False)
-        if weight16 and a32 is None and epilogue is None:
-            raise _Decline("cost_model_frozen", fallback=False)
-        raise _Decline("cost_model", fallback=False)
+    _check_plan(mm, the_plan, measure, autotune)
+    return _lower_template(mm, the_plan, force, autotune, measure)
 
-    a = a32 if the_plan.fused_a else a16
-    b = b32 if the_plan.fused_b else b16
+
+def _lower_gemv_plan(mm: _Matmul, autotune: bool) -> Any:
+    """One row as a reduction over K (``_lower_gemv``), with the gemv template's
+    configs where static sizes allow them."""
+    # read the fp32 sources unless their casts run anyway
+    a = mm.a.fp32 if mm.a.fp32 is not None and not mm.a.shared else mm.a.given
+    b = mm.b.fp32 if mm.b.fp32 is not None and not mm.b.shared else mm.b.given
+    bias = None
+    if mm.bias is not None:
+        fp32 = mm.bias.fp32 is not None and not mm.bias.shared
+        bias = mm.bias.fp32 if fp32 else mm.bias.given
+    if not _materialized(a):
+        # an x computed in front (a norm): once, not again for every column
+        a = realize_inputs(a)
+    # static sizes: the gemv template over a [K, N] weight, and over an [N, K] fp32
+    # one where Inductor's inner reduction would leave lanes idle
+    k, n = mm.k, mm.n
+    static = all(isinstance(v, int) or v.is_number for v in (k, n))
+    k_contiguous = _k_contiguous(b)
+    configs = []
+    if static and (
+        not k_contiguous
+        or (b.get_dtype() == torch.float32 and planner.gemv_nk(int(k), int(n), mm.dev))
+    ):
+        configs = planner.gemv_configs(int(k), k_contiguous, autotune)
+    result, sums = _lower_gemv(a, b, bias, mm.alpha, mm.beta, mm.dtype, configs)
+    _count("tensorcore_mm_gemv")
+    if mm.problem.weight16:
+        _count("tensorcore_mm_gemv_frozen")
+    # the buffer the reduction kernel computes
+    matmul_meta.attach_matmul_meta(sums, mm.node)
+    return result
+
+
+def _check_plan(mm: _Matmul, the_plan: Any, measure: bool, autotune: bool) -> None:
+    """Decline a plan for stock unless timing or autotuning is to decide, counted
+    by why stock serves."""
+    reread = the_plan.stock_reason is planner.StockReason.REREAD
+    if the_plan.path == "template" or measure or (autotune and reread):
+        return
+    if reread:
+        raise _Decline("reread", fallback=False)
+    if the_plan.stock_reason is planner.StockReason.SMEM:
+        raise _Decline("smem")
+    if the_plan.stock_reason is planner.StockReason.DYNAMIC_M:
+        raise _Decline("dynamic_m_range", fallback=False)
+    p = mm.problem
+    if p.weight16 and mm.a.fp32 is None and p.epilogue is None:
+        raise _Decline("cost_model_frozen", fallback=False)
+    raise _Decline("cost_model", fallback=False)
+
+
+def _template_inputs(
+    mm: _Matmul, the_plan: Any, force: Any, autotune: bool
+) -> tuple[TensorCoreMMKernelInputs, ir.Layout]:
+    """The template's kernel inputs, each operand fp32 where the plan casts it in the
+    kernel, with the plan's configs; and the output's layout."""
+    a = mm.a.fp32 if the_plan.fused_a else mm.a.given
+    b = mm.b.fp32 if the_plan.fused_b else mm.b.given
     a, b = realize_inputs(a, b)
-    size = [*batch_dims, m, n]
-    layout = ir.FixedLayout(a.get_device(), dtype, size)
+    size = [*mm.batch_dims, mm.m, mm.n]
+    layout = ir.FixedLayout(a.get_device(), mm.dtype, size)
     inputs = [a, b]
     scalars = {}
-    if bias_i is not None:
-        bias = bias32 if (the_plan.fused_bias and bias32 is not None) else bias16
+    if mm.bias is not None:
+        fused = the_plan.fused_bias and mm.bias.fp32 is not None
+        bias = mm.bias.fp32 if fused else mm.bias.given
         inputs.insert(0, realize_inputs(expand(bias, size)))
-        scalars = {"alpha": kwargs.get("alpha", 1), "beta": kwargs.get("beta", 1)}
-    configs = planner.template_configs(the_plan, problem, dev, autotune, force)
+        scalars = {"alpha": mm.alpha, "beta": mm.beta}
+    configs = planner.template_configs(the_plan, mm.problem, mm.dev, autotune, force)
     kernel_inputs = TensorCoreMMKernelInputs(
-        inputs, configs, scalars=scalars, out_dtype=dtype
+        inputs, configs, scalars=scalars, out_dtype=mm.dtype
     )
-    template = tensorcore_bmm_template if batch_dims else tensorcore_mm_template
-    name = f"tensorcore_{op}"
+    return kernel_inputs, layout
+
+
+def _lower_template(
+    mm: _Matmul, the_plan: Any, force: Any, autotune: bool, measure: bool
+) -> Any:
+    """The template's lowering: autotuned against the stock path under max-autotune,
+    and where the plan asks for timing, only if it times faster."""
+    kernel_inputs, layout = _template_inputs(mm, the_plan, force, autotune)
+    template = tensorcore_bmm_template if mm.batch_dims else tensorcore_mm_template
+    name = f"tensorcore_{mm.op}"
     choices = V.choices.get_template_configs(kernel_inputs, [template], name)
     if not choices:
         raise _Decline("no_config")
-    shape = (batch, mh, nh, kh)
     if autotune:
-        choices.extend(_stock_choices(op, kernel_inputs, layout, dtype))
+        choices.extend(_stock_choices(mm.op, kernel_inputs, layout, mm.dtype))
     elif measure:
-        # the template's kernel against the 16-bit GEMM plus the casts the template saves
-        # (a cast kernel's cost the model knows well: it streams); kernel times both, as
-        # a model runs them, not a Python call's (three launches of the stock path would
-        # time the host). Cached on disk like Inductor's autotuning.
-        try:
-            t_template, t_gemm = _timings(choices[0], kernel_inputs, layout, op, dtype)
-        except Exception as e:
-            _compile_failed(f"{op} of (B, M, N, K) {shape}", e)
-            raise _Decline("compile_error") from e
-        # the casts' bytes only: a model that keeps the device busy hides their launches
-        saved = sum(
-            planner.cast_seconds(o, dev) - dev.kernel_overhead
-            for o, fused in (
-                (problem.a, the_plan.fused_a),
-                (problem.b, the_plan.fused_b),
-                (problem.bias, the_plan.fused_bias),
-            )
-            if fused and o is not None and o.castable
-        )
-        faster = t_template < (t_gemm + saved) * (1.0 - MEASURED_MARGIN)
-        plan_log.debug(
-            "%s %s: measured: template %s %.1f us, stock %.1f us (GEMM %.1f us + "
-            "casts %.1f us predicted): %s",
-            node,
-            shape,
-            the_plan.config,
-            t_template * 1e6,
-            (t_gemm + saved) * 1e6,
-            t_gemm * 1e6,
-            saved * 1e6,
-            "template" if faster else "stock",
-        )
-        if not faster:
-            raise _Decline("measured", fallback=False)
+        _check_measured(mm, the_plan, choices[0], kernel_inputs, layout)
     result, _ = autotune_select_algorithm(name, choices, kernel_inputs.nodes(), layout)
     if not isinstance(result, ir.IRNode):
         raise TypeError(f"{name}: autotuning returned {type(result).__name__}, not IR")
     _count("tensorcore_mm_template")
     templates = _TEMPLATES.get()
     if templates is not None:  # for compile_with_stock_fallback
-        templates.append(f"{op} of (B, M, N, K) {shape}")
-    if weight16:
+        templates.append(f"{mm.op} of (B, M, N, K) {mm.shape}")
+    if mm.problem.weight16:
         _count("tensorcore_mm_template_frozen")
-    if epilogue is not None:
+    if mm.problem.epilogue is not None:
         _count("tensorcore_mm_template_gelu_add")
     # matmul_meta records the metadata of the IR a matmul lowers to
-    meta_mod.attach_matmul_meta(result, node)
+    matmul_meta.attach_matmul_meta(result, mm.node)
     return result
+
+
+def _check_measured(
+    mm: _Matmul,
+    the_plan: Any,
+    choice: Any,
+    kernel_inputs: TensorCoreMMKernelInputs,
+    layout: ir.Layout,
+) -> None:
+    """Decline unless the template's kernel times faster than the 16-bit GEMM plus the
+    casts the template saves.
+
+    A cast kernel's cost the model knows well (it streams); kernel times both, as a
+    model runs them, not a Python call's (three launches of the stock path would time
+    the host). Cached on disk like Inductor's autotuning.
+    """
+    try:
+        t_template, t_gemm = _timings(choice, kernel_inputs, layout, mm.op, mm.dtype)
+    except Exception as e:
+        _compile_failed(f"{mm.op} of (B, M, N, K) {mm.shape}", e)
+        raise _Decline("compile_error") from e
+    # the casts' bytes only: a model that keeps the device busy hides their launches
+    p = mm.problem
+    saved = sum(
+        planner.cast_seconds(o, mm.dev) - mm.dev.kernel_overhead
+        for o, fused in (
+            (p.a, the_plan.fused_a),
+            (p.b, the_plan.fused_b),
+            (p.bias, the_plan.fused_bias),
+        )
+        if fused and o is not None and o.castable
+    )
+    faster = t_template < (t_gemm + saved) * (1.0 - MEASURED_MARGIN)
+    plan_log.debug(
+        "%s %s: measured: template %s %.1f us, stock %.1f us (GEMM %.1f us + "
+        "casts %.1f us predicted): %s",
+        mm.node,
+        mm.shape,
+        the_plan.config,
+        t_template * 1e6,
+        (t_gemm + saved) * 1e6,
+        t_gemm * 1e6,
+        saved * 1e6,
+        "template" if faster else "stock",
+    )
+    if not faster:
+        raise _Decline("measured", fallback=False)
 
 
 def compile_with_stock_fallback(

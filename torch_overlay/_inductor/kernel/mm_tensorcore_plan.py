@@ -77,6 +77,7 @@ hands its configs to the template's heuristic with the kernel inputs.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import math
 from typing import Any, TYPE_CHECKING
 
@@ -399,150 +400,10 @@ def select_configs(
             )
         most = base.num_stages
     elif m <= 256:
-        # an fp32 weight: one row tile up to 128 rows, so it is streamed once
-        block_m = (
-            _pow2_at_least(m, 16, 128 if b_size == FP32 else 64) if m <= 128 else 128
-        )
-        grid_m = math.ceil(m / block_m)
-        # an fp32 weight streamed by thin row tiles: at most 32 columns a tile, more tiles
-        widest = 32 if b_size == FP32 and block_m <= 32 else 128
-        widths = [
-            w
-            for w in (128, 64, 32, 16)
-            if w <= min(widest, max(16, _pow2_at_least(p.n, 16, 128)))
-        ]
-        block_n = widths[-1]
-        # the widest tile that still gives every SM one; with one row tile, one that
-        # gives 60% of them one (a second, mostly idle wave of narrower tiles costs more
-        # than the SMs left idle), but for 128x64 tiles, slower than 128x32 ones
-        one_row_tile = p.batch == 1 and grid_m == 1
-        for w in widths:
-            fill = 0.6 if one_row_tile and (block_m, w) != (128, 64) else 0.9
-            if p.batch * grid_m * math.ceil(p.n / w) >= fill * dev.sm_count:
-                block_n = w
-                break
-        # 512-byte fp32 rows per load while tiles are thin; deeper pipelines after
-        thin = block_m <= 32 or (b_size == FP32 and block_n <= 32)
-        block_k = 128 if max(a_size, b_size) == FP32 and thin else 64
-        block_k = min(block_k, _pow2_at_least(p.k, 16, 128))
-        # a weight too narrow to give every SM a 16-column tile and K too short to
-        # split: two row tiles (the second reads the weight from the L2) where both fit
-        # one wave
-        if (
-            p.batch == 1
-            and b_size == FP32
-            and grid_m == 1
-            and block_m >= 64
-            and 2 * math.ceil(p.n / 16) <= dev.sm_count
-            and _split_k(p, dev, block_m, block_n, block_k) == 1
-        ):
-            block_m, grid_m = block_m // 2, 2
-        # two 128-row tiles each cast the fp32 weight, or one 128x128 tile streams it:
-        # as wgmma's register operand (B swapped to A) it skips the trip back through
-        # shared memory
-        swap = (
-            b_size == FP32
-            and a_size == HALF
-            and (m > 128 or (one_row_tile and (block_m, block_n) == (128, 128)))
-        )
-        # one 128-row tile over a long K and a weight narrower than 64-column tiles can
-        # fill the SMs with: narrower tiles re-read x's tile from the L2 (twice the
-        # weight's bytes at 32 columns), so swapped 64-column tiles, K split to fill them
-        swap_split = (
-            _swap_split(p, dev)
-            if b_size == FP32 and a_size == HALF and one_row_tile and block_m == 128
-            else 1
-        )
-        swap = swap or swap_split > 1
-        if swap:
-            block_n, block_k = max(64, block_n), min(block_k, 64)
-        # past 128 rows, one 256x128 tile streams the weight once where two 128-row tiles
-        # read it twice, if its tiles give most SMs one, fit one wave and get 3 stages
-        tall = TileConfig(256, 128, 64, 8, num_warps=8, num_stages=3, SWAP_AB=True)
-        if (
-            swap
-            and m > 128
-            and p.batch == 1
-            and 0.6 * dev.sm_count <= math.ceil(p.n / 128) <= dev.sm_count
-            and _fits(tall, a_size, b_size, dev)
-        ):
-            block_m, block_n = 256, 128
-        # 4 warps up to 128x64 tiles; 2 for a 16-row tile of at most 32 columns (too
-        # small for a warp group's wgmma, it runs on mma.sync: fewer threads idle)
-        warps = 8 if block_m * block_n > 128 * 64 else 4
-        if block_m == 16 and block_n <= 32:
-            warps = 2
-        if swap:  # the deepest pipeline that fits at 64 columns; a fourth stage of
-            # 128 columns was slower than three
-            split, stages = swap_split, 6 if block_n == 64 else 3
-        else:
-            split = _split_k(p, dev, block_m, block_n, block_k)
-            # thin tiles streaming an fp32 weight, several tiles an SM: 3 stages let
-            # them share it; one tile an SM needs the deep pipeline
-            tiles = p.batch * grid_m * math.ceil(p.n / block_n) * split
-            shared_sm = b_size == FP32 and block_m <= 32 and tiles >= 2 * dev.sm_count
-            stages = 3 if shared_sm else 6
-        base = TileConfig(
-            block_m,
-            block_n,
-            block_k,
-            GROUP_M=8,
-            num_warps=warps,
-            num_stages=stages,
-            SWAP_AB=swap,
-            SPLIT_K=split,
-        )
-        variants = [base]
-        if exhaustive:
-            variants += [
-                dataclasses.replace(base, BLOCK_N=max(16, block_n // 2)),
-                dataclasses.replace(base, BLOCK_N=min(128, block_n * 2)),
-                dataclasses.replace(base, BLOCK_K=max(32, block_k // 2)),
-                dataclasses.replace(
-                    base, SWAP_AB=not swap, SPLIT_K=1, BLOCK_N=max(64, block_n)
-                ),
-            ]
-            if p.batch == 1:
-                variants.append(
-                    dataclasses.replace(base, SPLIT_K=1 if base.SPLIT_K > 1 else 2)
-                )
-            variants += [
-                dataclasses.replace(base, num_warps=8 if warps == 4 else 4),
-            ]
-        most = stages
+        variants = _streaming_configs(p, dev, a_size, b_size, exhaustive)
+        most = variants[0].num_stages
     else:
-        swap = fused_b and not fused_a
-        wide = p.n >= 4096 and m >= 1024 and not (fused_a or fused_b)
-        base = TileConfig(
-            128,
-            256 if wide else 128,
-            64,
-            GROUP_M=8,
-            num_warps=8,
-            num_stages=4,
-            SWAP_AB=swap,
-        )
-        variants = [base]
-        # only the weight cast in the kernel, as wgmma's register operand: 256-row tiles
-        # halve the times its fp32 tiles are re-read, with at least 3 stages
-        if swap and m >= 1024:
-            tall = _with_stages(
-                dataclasses.replace(base, BLOCK_M=256),
-                a_size,
-                b_size,
-                dev,
-                most=4,
-                least=3,
-            )
-            if tall is not None:  # default mode yields one config
-                variants = [tall] + variants if exhaustive else [tall]
-        if exhaustive:
-            variants += [
-                dataclasses.replace(base, BLOCK_N=64, num_warps=4),
-                dataclasses.replace(base, BLOCK_K=32),
-                dataclasses.replace(base, SWAP_AB=not swap),
-                dataclasses.replace(base, BLOCK_M=64, num_warps=4),
-            ]
+        variants = _large_m_configs(p, dev, fused_a, fused_b, exhaustive)
         most = 4
     out: list[TileConfig] = []
     for v in variants:
@@ -558,6 +419,196 @@ def select_configs(
         # max-autotune keeps the 16-row tiles as alternatives
         out = rows + out if exhaustive else rows or out
     return out
+
+
+def _row_tile(
+    p: Problem, dev: DeviceModel, a_size: int, b_size: int
+) -> tuple[int, int, int, int, bool]:
+    """(BLOCK_M, row tiles, BLOCK_N, BLOCK_K, whether one row tile was planned) of a
+    tile that streams the weight, up to 256 rows."""
+    m = max(1, p.m)
+    # an fp32 weight: one row tile up to 128 rows, so it is streamed once
+    block_m = _pow2_at_least(m, 16, 128 if b_size == FP32 else 64) if m <= 128 else 128
+    grid_m = math.ceil(m / block_m)
+    # an fp32 weight streamed by thin row tiles: at most 32 columns a tile, more tiles
+    widest = 32 if b_size == FP32 and block_m <= 32 else 128
+    widths = [
+        w
+        for w in (128, 64, 32, 16)
+        if w <= min(widest, max(16, _pow2_at_least(p.n, 16, 128)))
+    ]
+    block_n = widths[-1]
+    # the widest tile that still gives every SM one; with one row tile, one that
+    # gives 60% of them one (a second, mostly idle wave of narrower tiles costs more
+    # than the SMs left idle), but for 128x64 tiles, slower than 128x32 ones
+    one_row_tile = p.batch == 1 and grid_m == 1
+    for w in widths:
+        fill = 0.6 if one_row_tile and (block_m, w) != (128, 64) else 0.9
+        if p.batch * grid_m * math.ceil(p.n / w) >= fill * dev.sm_count:
+            block_n = w
+            break
+    # 512-byte fp32 rows per load while tiles are thin; deeper pipelines after
+    thin = block_m <= 32 or (b_size == FP32 and block_n <= 32)
+    block_k = 128 if max(a_size, b_size) == FP32 and thin else 64
+    block_k = min(block_k, _pow2_at_least(p.k, 16, 128))
+    # a weight too narrow to give every SM a 16-column tile and K too short to
+    # split: two row tiles (the second reads the weight from the L2) where both fit
+    # one wave
+    if (
+        p.batch == 1
+        and b_size == FP32
+        and grid_m == 1
+        and block_m >= 64
+        and 2 * math.ceil(p.n / 16) <= dev.sm_count
+        and _split_k(p, dev, block_m, block_n, block_k) == 1
+    ):
+        block_m, grid_m = block_m // 2, 2
+    return block_m, grid_m, block_n, block_k, one_row_tile
+
+
+def _swap(
+    p: Problem,
+    dev: DeviceModel,
+    a_size: int,
+    b_size: int,
+    block_m: int,
+    block_n: int,
+    one_row_tile: bool,
+) -> tuple[bool, int]:
+    """Whether a streaming tile takes the fp32 weight as wgmma's register operand (B
+    swapped to A), and the split of K it was swapped for (1: none)."""
+    m = max(1, p.m)
+    # two 128-row tiles each cast the fp32 weight, or one 128x128 tile streams it:
+    # as wgmma's register operand (B swapped to A) it skips the trip back through
+    # shared memory
+    swap = (
+        b_size == FP32
+        and a_size == HALF
+        and (m > 128 or (one_row_tile and (block_m, block_n) == (128, 128)))
+    )
+    # one 128-row tile over a long K and a weight narrower than 64-column tiles can
+    # fill the SMs with: narrower tiles re-read x's tile from the L2 (twice the
+    # weight's bytes at 32 columns), so swapped 64-column tiles, K split to fill them
+    swap_split = (
+        _swap_split(p, dev)
+        if b_size == FP32 and a_size == HALF and one_row_tile and block_m == 128
+        else 1
+    )
+    return swap or swap_split > 1, swap_split
+
+
+def _streaming_configs(
+    p: Problem, dev: DeviceModel, a_size: int, b_size: int, exhaustive: bool
+) -> list[TileConfig]:
+    """Up to 256 rows: the tile that streams the weight (``_row_tile``), its warps,
+    stages and K split, then with ``exhaustive`` its neighbours."""
+    m = max(1, p.m)
+    block_m, grid_m, block_n, block_k, one_row_tile = _row_tile(p, dev, a_size, b_size)
+    swap, swap_split = _swap(p, dev, a_size, b_size, block_m, block_n, one_row_tile)
+    if swap:
+        block_n, block_k = max(64, block_n), min(block_k, 64)
+    # past 128 rows, one 256x128 tile streams the weight once where two 128-row tiles
+    # read it twice, if its tiles give most SMs one, fit one wave and get 3 stages
+    tall = TileConfig(256, 128, 64, 8, num_warps=8, num_stages=3, SWAP_AB=True)
+    if (
+        swap
+        and m > 128
+        and p.batch == 1
+        and 0.6 * dev.sm_count <= math.ceil(p.n / 128) <= dev.sm_count
+        and _fits(tall, a_size, b_size, dev)
+    ):
+        block_m, block_n = 256, 128
+    # 4 warps up to 128x64 tiles; 2 for a 16-row tile of at most 32 columns (too
+    # small for a warp group's wgmma, it runs on mma.sync: fewer threads idle)
+    warps = 8 if block_m * block_n > 128 * 64 else 4
+    if block_m == 16 and block_n <= 32:
+        warps = 2
+    if swap:  # the deepest pipeline that fits at 64 columns; a fourth stage of
+        # 128 columns was slower than three
+        split, stages = swap_split, 6 if block_n == 64 else 3
+    else:
+        split = _split_k(p, dev, block_m, block_n, block_k)
+        # thin tiles streaming an fp32 weight, several tiles an SM: 3 stages let
+        # them share it; one tile an SM needs the deep pipeline
+        tiles = p.batch * grid_m * math.ceil(p.n / block_n) * split
+        shared_sm = b_size == FP32 and block_m <= 32 and tiles >= 2 * dev.sm_count
+        stages = 3 if shared_sm else 6
+    base = TileConfig(
+        block_m,
+        block_n,
+        block_k,
+        GROUP_M=8,
+        num_warps=warps,
+        num_stages=stages,
+        SWAP_AB=swap,
+        SPLIT_K=split,
+    )
+    if not exhaustive:
+        return [base]
+    return [base, *_streaming_neighbours(p, base)]
+
+
+def _streaming_neighbours(p: Problem, base: TileConfig) -> list[TileConfig]:
+    """max-autotune's alternatives to a streaming tile: half and twice as wide, half
+    as deep, swapped the other way, split the other way, the other warp count."""
+    block_n, block_k = base.BLOCK_N, base.BLOCK_K
+    variants = [
+        dataclasses.replace(base, BLOCK_N=max(16, block_n // 2)),
+        dataclasses.replace(base, BLOCK_N=min(128, block_n * 2)),
+        dataclasses.replace(base, BLOCK_K=max(32, block_k // 2)),
+        dataclasses.replace(
+            base, SWAP_AB=not base.SWAP_AB, SPLIT_K=1, BLOCK_N=max(64, block_n)
+        ),
+    ]
+    if p.batch == 1:
+        variants.append(dataclasses.replace(base, SPLIT_K=1 if base.SPLIT_K > 1 else 2))
+    other_warps = 8 if base.num_warps == 4 else 4
+    variants.append(dataclasses.replace(base, num_warps=other_warps))
+    return variants
+
+
+def _large_m_configs(
+    p: Problem, dev: DeviceModel, fused_a: bool, fused_b: bool, exhaustive: bool
+) -> list[TileConfig]:
+    """Past 256 rows (compute-bound): 128-wide tiles and 8 warps, 256 columns for a
+    wide 16-bit GEMM, and only the weight cast in the kernel swapped to wgmma's
+    register operand, in 256-row tiles from M = 1024."""
+    a_size = FP32 if fused_a else HALF
+    b_size = FP32 if fused_b else HALF
+    m = max(1, p.m)
+    swap = fused_b and not fused_a
+    wide = p.n >= 4096 and m >= 1024 and not (fused_a or fused_b)
+    base = TileConfig(
+        128,
+        256 if wide else 128,
+        64,
+        GROUP_M=8,
+        num_warps=8,
+        num_stages=4,
+        SWAP_AB=swap,
+    )
+    variants = [base]
+    # only the weight cast in the kernel, as wgmma's register operand: 256-row tiles
+    # halve the times its fp32 tiles are re-read, with at least 3 stages
+    if swap and m >= 1024:
+        tall = _with_stages(
+            dataclasses.replace(base, BLOCK_M=256),
+            a_size,
+            b_size,
+            dev,
+            most=4,
+            least=3,
+        )
+        if tall is not None:  # default mode yields one config
+            variants = [tall] + variants if exhaustive else [tall]
+    if exhaustive:
+        variants += [
+            dataclasses.replace(base, BLOCK_N=64, num_warps=4),
+            dataclasses.replace(base, BLOCK_K=32),
+            dataclasses.replace(base, SWAP_AB=not swap),
+            dataclasses.replace(base, BLOCK_M=64, num_warps=4),
+        ]
+    return variants
 
 
 # M up to which a tile of fewer rows than tl.dot takes (the products on the CUDA cores)
@@ -690,6 +741,14 @@ class Prediction:
     config: TileConfig | None = None
 
 
+class StockReason(enum.Enum):
+    """Why a plan keeps the stock path, where the lowering counts the reasons apart."""
+
+    SMEM = "smem"  # no tile config fits shared memory
+    REREAD = "reread"  # tiles re-read the operands (``REREAD``)
+    DYNAMIC_M = "dynamic_m_range"  # no config holds up over a symbolic M's range
+
+
 @dataclasses.dataclass(frozen=True)
 class Plan:
     path: str  # "stock" | "template" | "gemv"
@@ -702,6 +761,7 @@ class Plan:
     # uncertain: the template (``config``, operands as above) and the stock path are
     # timed on the device and the faster taken; ``path`` is the prediction's choice
     measure: bool = False
+    stock_reason: StockReason | None = None
 
     def describe(self) -> str:
         rows = ", ".join(f"{q.label}={q.seconds * 1e6:.1f}us" for q in self.predictions)
@@ -937,14 +997,7 @@ def plan(
     """The fastest predicted way to run ``p``: the stock path, the template or (one
     row, ``allow_gemv``) the gemv reduction."""
     stock = Prediction("stock", predict(p, dev))
-    preds = [stock]
-    options = []
-    for fused_a in (True, False) if p.a.castable else (False,):
-        for fused_b in (True, False) if p.b.castable else (False,):
-            # with no cast in the kernel the template pays only by fusing an epilogue,
-            # or by streaming a 16-bit weight faster than cuBLAS at decode
-            if fused_a or fused_b or p.epilogue is not None or decode16(p, dev):
-                options.append((fused_a, fused_b))
+    options = _cast_options(p, dev)
     if force.path == "stock":
         return Plan("stock", "forced", predictions=(stock,))
     gemv = (
@@ -958,12 +1011,55 @@ def plan(
         options = [f for f in options if f == tuple(force.fused)]
     if not options:
         return Plan("stock", "no operand to cast in the kernel", predictions=(stock,))
-    any_fit = False
+    preds = (stock, *_template_predictions(p, dev, options, force))
+    if len(preds) == 1:
+        return Plan(
+            "stock",
+            "smem: no tile config fits shared memory",
+            predictions=preds,
+            stock_reason=StockReason.SMEM,
+        )
+    best = _best_template(p, preds[1:])
+    if gemv is not None and force.path != "template":
+        gemv_plan = _gemv_plan(p, dev, gemv, stock, best, preds)
+        if gemv_plan is not None:
+            return gemv_plan
+    fused_bias = p.bias is not None and p.bias.castable
+    if force.path == "template":
+        return Plan(
+            "template",
+            "forced",
+            best.fused_a,
+            best.fused_b,
+            fused_bias,
+            best.config,
+            preds,
+        )
+    return _predicted_plan(p, dev, stock, best, fused_bias, preds)
+
+
+def _cast_options(p: Problem, dev: DeviceModel) -> list[tuple[bool, bool]]:
+    """The (a, b) cast in the kernel of each template variant worth predicting."""
+    options = []
+    for fused_a in (True, False) if p.a.castable else (False,):
+        for fused_b in (True, False) if p.b.castable else (False,):
+            # with no cast in the kernel the template pays only by fusing an epilogue,
+            # or by streaming a 16-bit weight faster than cuBLAS at decode
+            if fused_a or fused_b or p.epilogue is not None or decode16(p, dev):
+                options.append((fused_a, fused_b))
+    return options
+
+
+def _template_predictions(
+    p: Problem, dev: DeviceModel, options: list[tuple[bool, bool]], force: Force
+) -> list[Prediction]:
+    """The template's prediction at its first config, for each option that has a
+    config fitting shared memory."""
+    preds = []
     for fused_a, fused_b in options:
         configs = select_configs(p, dev, fused_a, fused_b, force=force)
         if not configs:
             continue
-        any_fit = True
         cfg = configs[0]
         label = (
             "template["
@@ -978,12 +1074,14 @@ def plan(
                 label, predict(p, dev, fused_a, fused_b, cfg), fused_a, fused_b, cfg
             )
         )
-    if not any_fit:
-        return Plan(
-            "stock", "smem: no tile config fits shared memory", predictions=tuple(preds)
-        )
+    return preds
+
+
+def _best_template(p: Problem, templates: tuple[Prediction, ...]) -> Prediction:
+    """The fastest predicted template variant, among those the model underrates
+    where there are any."""
     # one swapped row tile, where the model cannot tell it from both operands cast
-    swapped = [q for q in preds[1:] if q.config.SWAP_AB and p.m <= q.config.BLOCK_M]
+    swapped = [q for q in templates if q.config.SWAP_AB and p.m <= q.config.BLOCK_M]
     # a row tile of 64 or more rows that casts x in the kernel loads x's fp32 tile, as
     # large as the weight's and re-read by every column tile, at each stage: cast apart,
     # a weight of 2048 or more columns or rows streams through a deeper pipeline, which
@@ -991,16 +1089,27 @@ def plan(
     # in the kernel)
     apart = [
         q
-        for q in preds[1:]
+        for q in templates
         if q.fused_b
         and not q.fused_a
         and q.config.BLOCK_M >= 64
         and p.m <= min(256, p.n)
         and max(p.n, p.k) >= 2048
     ]
-    best = min(swapped or apart or preds[1:], key=lambda q: q.seconds)
-    fused_bias = p.bias is not None and p.bias.castable
-    if gemv is not None and decode16(p, dev) and force.path != "template":
+    return min(swapped or apart or templates, key=lambda q: q.seconds)
+
+
+def _gemv_plan(
+    p: Problem,
+    dev: DeviceModel,
+    gemv: Prediction,
+    stock: Prediction,
+    best: Prediction,
+    preds: tuple[Prediction, ...],
+) -> Plan | None:
+    """The plan where the gemv decides it; None where the template's tiles may still
+    win."""
+    if decode16(p, dev):
         # one row of a frozen weight: the gemv where it streams no slower than cuBLAS (one
         # kernel for x's cast and cuBLAS), never a 16-row tile
         if gemv.seconds <= stock.seconds:
@@ -1008,23 +1117,23 @@ def plan(
                 "gemv", "predicted no slower, one kernel", predictions=(*preds, gemv)
             )
         return Plan("stock", "cost model: no clear win", predictions=(*preds, gemv))
-    if (
-        gemv is not None
-        and gemv.seconds < best.seconds
-        and force.path != "template"
-        and gemv.seconds <= stock.seconds * (1.0 - dev.margin)
-    ):
+    clear = gemv.seconds <= stock.seconds * (1.0 - dev.margin)
+    if gemv.seconds < best.seconds and clear:
         return Plan("gemv", "predicted faster", predictions=(*preds, gemv))
-    if force.path == "template":
-        return Plan(
-            "template",
-            "forced",
-            best.fused_a,
-            best.fused_b,
-            fused_bias,
-            best.config,
-            tuple(preds),
-        )
+    return None
+
+
+def _predicted_plan(
+    p: Problem,
+    dev: DeviceModel,
+    stock: Prediction,
+    best: Prediction,
+    fused_bias: bool,
+    preds: tuple[Prediction, ...],
+) -> Plan:
+    """The template where ``best`` is predicted faster than stock by the margin its
+    kind needs; else stock, keeping ``best`` where max-autotune or a timing may still
+    choose it."""
     assert best.config is not None
     bound = compute_bound(p, dev, best.fused_a, best.fused_b, best.config)
     if p.epilogue is not None:
@@ -1046,7 +1155,8 @@ def plan(
             best.fused_b,
             fused_bias,
             best.config,
-            tuple(preds),
+            preds,
+            stock_reason=StockReason.REREAD,
         )
     # Sure of a large win where the weight is streamed once; a smaller one, or a
     # compute-bound main loop, is measured on the device where the lowering can. An
@@ -1060,7 +1170,7 @@ def plan(
             best.fused_b,
             fused_bias,
             best.config,
-            tuple(preds),
+            preds,
             measure,
         )
     if measure:
@@ -1071,10 +1181,10 @@ def plan(
             best.fused_b,
             fused_bias,
             best.config,
-            tuple(preds),
+            preds,
             measure,
         )
-    return Plan("stock", "cost model: no clear win", predictions=tuple(preds))
+    return Plan("stock", "cost model: no clear win", predictions=preds)
 
 
 def at_m(p: Problem, m: int) -> Problem:
@@ -1131,6 +1241,7 @@ def plan_dynamic_m(
             "stock",
             f"dynamic M up to {m_max}: no config holds up",
             predictions=base.predictions,
+            stock_reason=StockReason.DYNAMIC_M,
         )
     fa, fb, cfg = best
     return dataclasses.replace(
