@@ -62,29 +62,24 @@ PROBE = ("import torch._inductor.compile_fx, torch_overlay;"
          "print('enabled=' + ','.join(torch_overlay._registry.REGISTRY.enabled()))")
 
 
-# a user's process that sets a flag before anything has compiled; the import of compile_fx
-# is what the first torch.compile does, and where the hook enables the overlays
-SET_EARLY = textwrap.dedent("""
+# a user's process that sets one flag and patches another before anything has compiled;
+# the import of compile_fx is what the first torch.compile does, and where the hook enables
+# the overlays. Setting a flag that is not declared raises AttributeError.
+EARLY = textwrap.dedent("""
     import json, sys
     torch_at_start = "torch" in sys.modules
     import torch._inductor.config as c
     declared = {f: getattr(c, f) for f in sys.argv[1:]}
     c.tensorcore_mm_autocast = False
-    import torch._inductor.compile_fx, torch_overlay
-    print(json.dumps({"torch_at_start": torch_at_start, "declared": declared,
+    with c.patch(gelu_add_fusion=False):
+        import torch._inductor.compile_fx, torch_overlay
+        inside = c.gelu_add_fusion
+    print(json.dumps({"torch_at_start": torch_at_start, "declared": declared, "inside": inside,
                       "after": {f: getattr(c, f) for f in sys.argv[1:]},
                       "enabled": torch_overlay._registry.REGISTRY.enabled(),
                       "digest": "torch_overlay_digest" in c._config}))
 """)
-PATCH_EARLY = textwrap.dedent("""
-    import json
-    import torch._inductor.config as c
-    with c.patch(tensorcore_mm_autocast=False):
-        import torch._inductor.compile_fx, torch_overlay
-        inside = c.tensorcore_mm_autocast
-    print(json.dumps({"inside": inside, "after": c.tensorcore_mm_autocast,
-                      "enabled": torch_overlay._registry.REGISTRY.enabled()}))
-""")
+# a process without the hook: the flags do not exist (cheaper than PROBE: no compile_fx)
 STOCK = textwrap.dedent("""
     import torch._inductor.config as c
     try:
@@ -151,18 +146,24 @@ class TestApply(TestCase):
         killed = self.run_cmd(self.python, "-c", PROBE,
                               env=dict(self.env, TORCH_OVERLAY_DISABLE="1"))
         self.assertIn("enabled=\n", killed.stdout, killed.stderr)
-        # this environment's processes never see it
-        probe = self.run_cmd(sys.executable, "-c", PROBE)
-        self.assertIn("enabled=\n", probe.stdout, probe.stderr)
+        # this environment's processes never see it: stock Inductor has no such flags
+        stock = self.run_cmd(sys.executable, "-c", STOCK)
+        self.assertEqual(stock.returncode, 0, stock.stderr[-3000:])
+        self.assertIn("AttributeError: torch._inductor.config.tensorcore_mm_autocast does not "
+                      "exist", stock.stdout)
+        self.assertIn("declared: False", stock.stdout)
         out = self.apply("remove")
         self.assertEqual(out.returncode, 0, out.stderr)
         self.assertEqual(snapshot(self.site), before)
-        probe = self.run_cmd(self.python, "-c", PROBE)
-        self.assertIn("enabled=\n", probe.stdout, probe.stderr)
+        stock = self.run_cmd(self.python, "-c", STOCK)
+        self.assertIn("declared: False", stock.stdout, stock.stderr[-3000:])
         # the older spelling of remove
-        self.apply("apply")
-        self.assertTrue(self.pth.exists())
-        self.assertEqual(self.apply("--remove").returncode, 0)
+        self.pth.write_text(cli.PTH_LINE)
+        printed = io.StringIO()
+        with mock.patch.object(cli, "site_packages", return_value=self.site), \
+                contextlib.redirect_stdout(printed):
+            self.assertEqual(cli.main(["--remove"]), 0)
+        self.assertIn(f"removed {self.pth}", printed.getvalue())
         self.assertEqual(snapshot(self.site), before)
 
     def with_hook(self, env=None):
@@ -171,35 +172,39 @@ class TestApply(TestCase):
         self.addCleanup(shutil.rmtree, folder, ignore_errors=True)
         return prepend_pythonpath(dict(env or self.env), write_sitecustomize(folder))
 
-    def test_flags_can_be_set_before_the_first_compile(self):
+    def test_flags_can_be_set_and_patched_before_the_first_compile(self):
         flags = [o.flag for o in torch_overlay.OVERLAYS]
-        out = self.run_cmd(sys.executable, "-c", SET_EARLY, *flags, env=self.with_hook())
+        out = self.run_cmd(sys.executable, "-c", EARLY, *flags, env=self.with_hook())
         self.assertEqual(out.returncode, 0, out.stderr[-3000:])
         got = json.loads(out.stdout.strip().splitlines()[-1])
         # the hook imports no torch at start, and declares the flags on with the config
         self.assertFalse(got["torch_at_start"])
         self.assertEqual(got["declared"], dict.fromkeys(flags, True))
-        # enabling the overlays at the first compile keeps the user's value, and only that
+        # enabling the overlays at the first compile keeps the value the user set, and only
+        # that; a flag patched off is off inside the patch and back on after it
+        self.assertFalse(got["inside"])
         self.assertEqual(got["after"], dict(dict.fromkeys(flags, True), tensorcore_mm_autocast=False))
         self.assertEqual(got["enabled"], torch_overlay.load_overlays())
         self.assertTrue(got["digest"])
 
-    def test_flags_can_be_patched_before_the_first_compile(self):
-        out = self.run_cmd(sys.executable, "-c", PATCH_EARLY, env=self.with_hook())
-        self.assertEqual(out.returncode, 0, out.stderr[-3000:])
-        got = json.loads(out.stdout.strip().splitlines()[-1])
-        # enabled inside the patch, the flag stays off there and is back on after it
-        self.assertEqual(got, {"inside": False, "after": True,
-                               "enabled": torch_overlay.load_overlays()})
-
-    def test_log_artifacts_can_be_named_in_torch_logs(self):
-        # torch reads $TORCH_LOGS while it is imported: the hook names the artifacts first
-        probe = ("import torch\nfrom torch._logging._internal import log_state\n"
-                 "print('enabled', log_state.is_artifact_enabled('tensorcore_mm'))")
+    def test_log_artifacts_and_status_before_the_first_compile(self):
+        # torch reads $TORCH_LOGS while it is imported: the hook names the artifacts first.
+        # Then status, nothing compiled yet: planning the edits imports what the first
+        # compile does, and the states are read after it.
+        probe = ("import json, torch\nfrom torch._logging._internal import log_state\n"
+                 "print('enabled', log_state.is_artifact_enabled('tensorcore_mm'))\n")
+        status = ("s = torch_overlay.status()\n"
+                  "print(json.dumps([sorted({o.state for o in s.overlays}), len(s.replaced), "
+                  "len({f for o in s.overlays for f in o.functions})]))")
         env = dict(self.with_hook(), TORCH_LOGS="tensorcore_mm")
-        out = self.run_cmd(sys.executable, "-c", probe, env=env)
+        out = self.run_cmd(sys.executable, "-c", probe + "import torch_overlay\n" + status,
+                           env=env)
         self.assertEqual(out.returncode, 0, out.stderr[-3000:])
         self.assertIn("enabled True", out.stdout)
+        states, replaced, edited = json.loads(out.stdout.strip().splitlines()[-1])
+        self.assertEqual(states, ["active"])
+        self.assertEqual(replaced, edited)
+        self.assertGreater(edited, 0)
         env = dict(self.env, TORCH_LOGS="tensorcore_mm")
         stock = self.run_cmd(sys.executable, "-c", probe, env=env)
         self.assertNotEqual(stock.returncode, 0)  # unknown to a stock torch
@@ -207,18 +212,6 @@ class TestApply(TestCase):
         out = self.run_cmd(sys.executable, "-c", "import torch_overlay\n" + probe, env=env)
         self.assertEqual(out.returncode, 0, out.stderr[-3000:])
         self.assertIn("enabled True", out.stdout)
-        # and status says what a process needs
-        out = self.apply("status", env=env)
-        self.assertEqual(out.returncode, 0, out.stderr[-3000:])
-        self.assertIn("TORCH_LOGS names tensorcore_mm: a process without the activation hook "
-                      "must import torch_overlay before torch", out.stdout)
-
-    def test_without_the_hook_the_flags_do_not_exist(self):
-        out = self.run_cmd(sys.executable, "-c", STOCK)
-        self.assertEqual(out.returncode, 0, out.stderr[-3000:])
-        self.assertIn("AttributeError: torch._inductor.config.tensorcore_mm_autocast does not exist",
-                      out.stdout)
-        self.assertIn("declared: False", out.stdout)
 
     def forget_the_hook(self):
         """After a test that ran the hook's steps in this process: the flags as an
@@ -291,22 +284,25 @@ class TestApply(TestCase):
         self.assertEqual(REGISTRY.enabled(), [])
 
     def test_flags_exist_under_the_kill_switch_and_a_selection(self):
-        # the user's settings code runs whatever the hook enables
-        for extra in ({"TORCH_OVERLAY_DISABLE": "1"}, {"TORCH_OVERLAY": "gelu_add"},
-                      {"TORCH_OVERLAY": "bogus"}):
-            out = self.run_cmd(sys.executable, "-W", "ignore", "-c", PATCH_EARLY,
+        # the user's settings code runs whatever the hook enables: every flag declared, on
+        # for the overlays it enables (and what they require) only
+        flags = [o.flag for o in torch_overlay.OVERLAYS]
+        for extra, enabled in (({"TORCH_OVERLAY_DISABLE": "1"}, []),
+                               ({"TORCH_OVERLAY": "gelu_add"}, ["gelu_add"]),
+                               ({"TORCH_OVERLAY": "bogus"}, [])):
+            out = self.run_cmd(sys.executable, "-W", "ignore", "-c", EARLY, *flags,
                                env=dict(self.with_hook(), **extra))
             self.assertEqual(out.returncode, 0, out.stderr[-3000:])
             got = json.loads(out.stdout.strip().splitlines()[-1])
-            enabled = ["gelu_add"] if extra.get("TORCH_OVERLAY") == "gelu_add" else []
-            self.assertEqual(got, {"inside": False, "after": False, "enabled": enabled}, extra)
-            out = self.run_cmd(sys.executable, "-W", "ignore", "-c", STOCK,
-                               env=dict(self.with_hook(), **extra))
-            self.assertNotIn("AttributeError", out.stdout + out.stderr, extra)
-            self.assertIn("declared: True", out.stdout, extra)
+            on = {o.flag: o.name in enabled for o in torch_overlay.OVERLAYS}
+            self.assertEqual(got["declared"], on, extra)
+            self.assertFalse(got["inside"], extra)
+            self.assertEqual(got["after"], dict(on, tensorcore_mm_autocast=False), extra)
+            self.assertEqual(got["enabled"], enabled, extra)
 
     def test_status(self):
-        out = self.apply("status")
+        env = dict(self.env, TORCH_LOGS="tensorcore_mm")
+        out = self.apply("status", env=env)
         self.assertEqual(out.returncode, 0, out.stderr)
         import torch
         import triton
@@ -315,19 +311,9 @@ class TestApply(TestCase):
         for name in torch_overlay.load_overlays():
             self.assertRegex(out.stdout, rf"(?m)^{name}: ")
         self.assertIn("activation hook: not installed", out.stdout)
-
-    def test_status_before_the_first_compile_agrees_with_itself(self):
-        # under the hook, nothing compiled yet: planning the edits imports what the first
-        # compile does, and the states are read after it
-        code = ("import json, torch_overlay\ns = torch_overlay.status()\n"
-                "print(json.dumps([sorted({o.state for o in s.overlays}), len(s.replaced), "
-                "len({f for o in s.overlays for f in o.functions})]))")
-        out = self.run_cmd(sys.executable, "-c", code, env=self.with_hook())
-        self.assertEqual(out.returncode, 0, out.stderr[-3000:])
-        states, replaced, edited = json.loads(out.stdout.strip().splitlines()[-1])
-        self.assertEqual(states, ["active"])
-        self.assertEqual(replaced, edited)
-        self.assertGreater(edited, 0)
+        # and what a process needs for the log artifacts
+        self.assertIn("TORCH_LOGS names tensorcore_mm: a process without the activation hook "
+                      "must import torch_overlay before torch", out.stdout)
 
     def test_status_reports_an_unknown_overlay_in_the_environment(self):
         out = self.apply("status", env=dict(self.env, TORCH_OVERLAY="bogus"))
@@ -335,33 +321,31 @@ class TestApply(TestCase):
         self.assertIn("TORCH_OVERLAY names unknown overlay(s) bogus", out.stdout)
         self.assertIn("torch-overlay: TORCH_OVERLAY names unknown overlay(s) bogus", out.stderr)
         self.assertIn("inactive (not selected: TORCH_OVERLAY=bogus)", out.stdout)
-        # the same under the hook, where the first compile warned once
-        self.assertEqual(self.apply("apply").returncode, 0)
+        # the same under the hook (as apply writes it), where the first compile warned once
+        self.pth.write_text(cli.PTH_LINE)
         out = self.apply("status", env=dict(self.env, TORCH_OVERLAY="bogus"))
         self.assertEqual(out.returncode, 2, out.stdout)
         self.assertIn("unknown overlay(s) bogus", out.stdout)
 
     def test_run_activates_one_command_only(self):
-        names = torch_overlay.load_overlays()
-        out = self.apply("run", "--", sys.executable, "-c", PROBE)
-        self.assertEqual(out.returncode, 0, out.stderr)
-        self.assertIn("enabled=" + ",".join(names), out.stdout)
-        # Python 3.11's site reports a sitecustomize that leaves sys.modules without it
-        self.assertNotIn("Error in sitecustomize", out.stderr)
-        # and the command's exit status is run's
-        first = names[0]
+        first = torch_overlay.load_overlays()[0]
         out = self.apply("--overlays", first, "run", "--", sys.executable, "-c",
                          PROBE + "; raise SystemExit(3)")
         self.assertIn(f"enabled={first}\n", out.stdout, out.stderr)
+        # Python 3.11's site reports a sitecustomize that leaves sys.modules without it
+        self.assertNotIn("Error in sitecustomize", out.stderr)
+        # the command's exit status is run's
         self.assertEqual(out.returncode, 3)
         self.assertFalse(self.pth.exists())
 
     def test_unknown_overlay_is_one_line_and_installs_nothing(self):
         before = snapshot(self.site)
-        out = self.apply("--overlays", "nope")
-        self.assertEqual(out.returncode, 2)
-        self.assertEqual(out.stderr.strip().count("\n"), 0, out.stderr)
-        self.assertIn("unknown overlay(s) nope", out.stderr)
+        printed = io.StringIO()
+        with mock.patch.object(cli, "site_packages", return_value=self.site), \
+                contextlib.redirect_stderr(printed):
+            self.assertEqual(cli.main(["--overlays", "nope"]), 2)
+        self.assertEqual(printed.getvalue().strip().count("\n"), 0, printed.getvalue())
+        self.assertIn("unknown overlay(s) nope", printed.getvalue())
         self.assertEqual(snapshot(self.site), before)
 
     def test_unsupported_torch_and_missing_triton_are_refused(self):
@@ -425,17 +409,16 @@ class TestApply(TestCase):
                              "import torch_overlay; print(torch_overlay.__file__)",
                              env=env, cwd=self.tmp)
         self.assertTrue(where.stdout.startswith(str(target)), where.stdout + where.stderr)
-        for command in ([target / "bin" / "torch-overlay"],
-                        [sys.executable, "-m", "torch_overlay"]):
-            out = self.run_cmd(*command, "status", env=env, cwd=self.tmp)
-            self.assertEqual(out.returncode, 0, out.stderr[-3000:])
-            for name in torch_overlay.load_overlays():
-                self.assertRegex(out.stdout, rf"(?m)^{name}: inactive")
-            self.assertRegex(out.stdout, r"functions the series edits: [1-9]")
-        out = self.run_cmd(target / "bin" / "torch-overlay", "--help", env=env, cwd=self.tmp)
+        # status through the console script; python -m is the same main
+        out = self.run_cmd(target / "bin" / "torch-overlay", "status", env=env, cwd=self.tmp)
+        self.assertEqual(out.returncode, 0, out.stderr[-3000:])
+        for name in torch_overlay.load_overlays():
+            self.assertRegex(out.stdout, rf"(?m)^{name}: inactive")
+        self.assertRegex(out.stdout, r"functions the series edits: [1-9]")
+        out = self.run_cmd(sys.executable, "-m", "torch_overlay", "--help", env=env, cwd=self.tmp)
+        self.assertEqual(out.returncode, 0, out.stderr[-3000:])
         for action in cli.ACTIONS:
             self.assertIn(action, out.stdout)
-
 
 if __name__ == "__main__":
     run_tests()

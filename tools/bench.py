@@ -345,6 +345,21 @@ def finish(doc: dict, out_dir: pathlib.Path) -> None:
 
 # -- compile time without a GPU ------------------------------------------------------
 
+def compare_compiles(row: dict, seconds: Callable[[Mode], tuple[float, str]],
+                     stock: str = "stock", overlay: str = "overlay") -> dict:
+    """``row`` with each side's compile time and whether their code differs, or the failure."""
+    try:
+        row["stock_s"], stock_code = seconds(MODES[stock])
+        row["overlay_s"], overlay_code = seconds(MODES[overlay])
+        row["code_differs"] = stock_code != overlay_code
+        log(f"{row['id']}: stock {row['stock_s']:.2f} s, overlay {row['overlay_s']:.2f} s"
+            + (", code differs" if row["code_differs"] else ""))
+    except Exception as e:
+        row["message"] = one_line(e)
+        log(f"{row['id']}: failed: {row['message']}")
+    return row
+
+
 def compile_only(cases: list[Case], overlays, force: bool) -> list[dict]:
     """Inductor's compile of each inference case for the H200, stock against overlay,
     through the GPU-free harness (fake CUDA tensors: no kernel is built or run)."""
@@ -365,18 +380,9 @@ def compile_only(cases: list[Case], overlays, force: bool) -> list[dict]:
         if case.train:
             log(f"{case.id}: skipped (backward code generation needs a real GPU)")
             continue
-        row = {"id": case.id, "workload": case.workload, "label": case.label}
-        try:
-            inputs = case.make_inputs(meta_rand)
-            row["stock_s"], stock = compile_seconds(case, MODES["stock"], inputs)
-            row["overlay_s"], overlay = compile_seconds(case, MODES["overlay"], inputs)
-            row["code_differs"] = stock != overlay
-            log(f"{case.id}: stock {row['stock_s']:.2f} s, overlay {row['overlay_s']:.2f} s"
-                + (", code differs" if row["code_differs"] else ""))
-        except Exception as e:
-            row["message"] = one_line(e)
-            log(f"{case.id}: failed: {row['message']}")
-        rows.append(row)
+        rows.append(compare_compiles(
+            {"id": case.id, "workload": case.workload, "label": case.label},
+            lambda mode, case=case: compile_seconds(case, mode, case.make_inputs(meta_rand))))
     return rows
 
 
@@ -472,10 +478,10 @@ def measure_model(cfg, sizes, *, overlays, force, ceilings, timer=median_ms,
             return on_row(record, name, mode_name)
         try:
             synchronize(device)
-            gc.collect()
-            resident = torch.cuda.memory_allocated() if cuda else 0
-            if cuda:
+            if cuda:  # the peak of this row alone: what earlier rows left is freed first
+                gc.collect()
                 torch.cuda.reset_peak_memory_stats()
+            resident = torch.cuda.memory_allocated() if cuda else 0
             skips = counters["inductor"]["cudagraph_skips"]
             start = time.perf_counter()
             out = call()
@@ -691,19 +697,9 @@ def compile_only_models(configs, sizes, overlays, force, select: str | None = No
                                           (f"{name} freezing", "stock_freezing",
                                            "overlay_freezing")):
                 row = {"id": f"{cfg.name}/{label}", "workload": cfg.name, "label": label}
-                if select and not re.search(select, row["id"]):
-                    continue
-                try:
-                    row["stock_s"], stock_code = compile_seconds(MODES[stock], tok)
-                    row["overlay_s"], overlay_code = compile_seconds(MODES[overlay], tok)
-                    row["code_differs"] = stock_code != overlay_code
-                    log(f"{row['id']}: stock {row['stock_s']:.2f} s, overlay "
-                        f"{row['overlay_s']:.2f} s" + (", code differs"
-                                                        if row["code_differs"] else ""))
-                except Exception as e:
-                    row["message"] = one_line(e)
-                    log(f"{row['id']}: failed: {row['message']}")
-                rows.append(row)
+                if not select or re.search(select, row["id"]):
+                    rows.append(compare_compiles(
+                        row, lambda mode, tok=tok: compile_seconds(mode, tok), stock, overlay))
         row = {"id": f"{cfg.name}/train (CPU trace)", "workload": cfg.name,
                "label": "train step traced fwd+bwd on CPU (aot_eager, fullgraph)"}
         if select and not re.search(select, row["id"]):
@@ -797,6 +793,25 @@ def check_overlays(args) -> int:
     return 0
 
 
+def measured_document(argv: list[str], overlays, settings: dict) -> dict:
+    """A run's document with this GPU's ceilings, the compile workers started."""
+    log(f"{torch.cuda.get_device_name()}: measuring the ceilings")
+    doc = new_document(environment(argv, overlays), measure_ceilings(), settings)
+    c = doc["ceilings"]
+    log(f"device copy {c['copy_GBps'] / 1e3:.2f} TB/s, "
+        f"bf16 cuBLAS {c['bf16_mm_TFLOPs']:.0f} TFLOP/s")
+    doc["env"]["compile_workers"] = warm_up_compiler("cuda")
+    return doc
+
+
+def write_compile_only(doc: dict, path: pathlib.Path, rows: list[dict]) -> int:
+    doc["compile_only"] = rows
+    write_json(doc, path)
+    log(text_table(*compile_only_table(rows)))
+    log(f"results: {path}")
+    return 0
+
+
 def main_models(args, argv: list[str]) -> int:
     import bench_models as bm
 
@@ -817,21 +832,12 @@ def main_models(args, argv: list[str]) -> int:
     settings = {"model_set": args.model_set, "sizes": dataclasses.asdict(sizes),
                 "budget_s": args.budget_s, "do_bench_ms": {"warmup": WARMUP_MS, "rep": REP_MS}}
     if args.compile_only:
-        doc = new_document(environment(argv, overlays), None, settings)
-        doc["compile_only"] = compile_only_models(configs, sizes, overlays, args.force,
-                                                  args.shapes)
-        write_json(doc, args.out / "models.json")
-        log(text_table(*compile_only_table(doc["compile_only"])))
-        log(f"results: {args.out / 'models.json'}")
-        return 0
+        return write_compile_only(
+            new_document(environment(argv, overlays), None, settings), args.out / "models.json",
+            compile_only_models(configs, sizes, overlays, args.force, args.shapes))
     start = time.perf_counter()
-    log(f"{torch.cuda.get_device_name()}: measuring the ceilings")
-    doc = new_document(environment(argv, overlays), measure_ceilings(), settings)
+    doc = measured_document(argv, overlays, settings)
     doc["models"] = []
-    c = doc["ceilings"]
-    log(f"device copy {c['copy_GBps'] / 1e3:.2f} TB/s, "
-        f"bf16 cuBLAS {c['bf16_mm_TFLOPs']:.0f} TFLOP/s")
-    doc["env"]["compile_workers"] = warm_up_compiler("cuda")
     try:
         run_models(configs, sizes, doc, args.out, args, overlays)
     finally:
@@ -895,18 +901,10 @@ def main(argv: list[str] | None = None) -> int:
                 "do_bench_ms": {"warmup": WARMUP_MS, "rep": REP_MS},
                 "timer": "CUDA-graph replay" if args.graph else "do_bench"}
     if args.compile_only:
-        doc = new_document(environment(argv, overlays), None, settings)
-        doc["compile_only"] = compile_only(cases, overlays, args.force)
-        write_json(doc, args.out / "bench.json")
-        log(text_table(*compile_only_table(doc["compile_only"])))
-        log(f"results: {args.out / 'bench.json'}")
-        return 0
-    log(f"{torch.cuda.get_device_name()}: measuring the ceilings")
-    doc = new_document(environment(argv, overlays), measure_ceilings(), settings)
-    c = doc["ceilings"]
-    log(f"device copy {c['copy_GBps'] / 1e3:.2f} TB/s, "
-        f"bf16 cuBLAS {c['bf16_mm_TFLOPs']:.0f} TFLOP/s")
-    doc["env"]["compile_workers"] = warm_up_compiler("cuda")
+        return write_compile_only(new_document(environment(argv, overlays), None, settings),
+                                  args.out / "bench.json",
+                                  compile_only(cases, overlays, args.force))
+    doc = measured_document(argv, overlays, settings)
     plan = make_plan(cases, modes, args.max_autotune)
     log(f"plan: {len(plan)} steps over {len(cases)} cases; modes {', '.join(modes)}")
     try:

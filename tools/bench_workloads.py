@@ -89,7 +89,7 @@ class Case:
     fn: Callable[..., torch.Tensor]
     train: bool = False  # the step is forward + backward; the last input is grad_out
     addmm_activation: Callable[..., torch.Tensor] | None = None
-    required_max_autotune: bool = False  # in the shape sets: max-autotune by default
+    required_max_autotune: bool = False  # a required shape set: max-autotune by default
     weight_args: tuple[int, ...] = ()  # inputs that are a model's weights: what freezing folds
 
     @property
@@ -160,7 +160,7 @@ def mlp_block(x, w1, b1, w2, b2):
 
 # -- the workloads and their shapes -----------------------------------------------
 
-# the tensorcore_mm issue's shape set: decode (M <= 16) to prefill and square
+# tensorcore_mm's required shape set: decode (M <= 16) to prefill and square
 TENSORCORE_MM_SHAPES = [(m, 4096, 4096) for m in (1, 16, 128, 1024, 2048, 4096)] + [
     (16, 11008, 4096), (2048, 11008, 4096), (8192, 8192, 8192)]
 # Llama-2-7B's fused qkv (4096 -> 12288) and down projection (11008 -> 4096),

@@ -12,36 +12,13 @@
                                                  # after editing a module with parts:
                                                  # rewrite its parts' diffs in series/
 
-A patch is the overlay's own files, as they are; nothing is generated or rewritten. Per
-overlay (``torch_overlay.OVERLAYS``, in series order), on top of the previous patches, in
-a git tree of the pristine ``torch/_inductor`` (and ``torch/_logging``) of the installed
-torch (patches/UPSTREAM_PIN):
-
-- Edits of existing upstream files: ``git apply`` of each of its
-  ``torch_overlay/_inductor/**/<stem>.<overlay>.diff`` (``Overlay.own_edit_files``), so the
-  patch's hunks are git's own output of the same edit (the export checks that they are
-  the very hunks of the ``.diff``). Only these primary edits, made against the release
-  the series targets: the ``<stem>.<overlay>.torch-X.Y.diff`` variants beside them are
-  the same edits for older releases, used at run time only. Its ``config.<overlay>.diff``
-  declares its flag in ``torch/_inductor/config.py``; a
-  ``torch_overlay/_logging/_registrations.<overlay>.diff`` registers its log artifact.
-- New upstream modules: each of ``Overlay.modules`` (``kernel.mm_tensorcore`` is
-  ``torch_overlay/_inductor/kernel/mm_tensorcore.py``) copied byte for byte to
-  ``torch/_inductor/kernel/mm_tensorcore.py``, with each ``templates/*.jinja`` beside it
-  that the module names (``load_template("<stem>", ...)``).
-- Tests: ``test/inductor/test_<name>.py`` and the expect files of its test classes
-  (``test/inductor/expect/``), byte for byte: the project runs the very files upstream gets.
-- Commit message: ``patches/<name>.md`` (the subject ``[inductor] <name>: ...``, a blank
-  line, the body), written by hand: the PR text lives there, not in the modules.
-- Parts (``Overlay.parts``): further patches after their overlay's, each its edits of
-  files an earlier patch adds (``series/<upstream dir>/<stem>.<part>.diff``: the new
-  modules, templates and tests, read by this tool only), its edits of upstream files
-  (``torch_overlay/_inductor/**/<stem>.<part>.diff``, applied at run time with the
-  overlay's), its ``test/inductor/test_<part>.py`` and ``patches/<part>.md``. A module's
-  file holds every part's edit: the patch that adds it writes it less those (the diffs
-  reversed).
-
-then ``git format-patch`` of the commits.
+One patch per overlay and part (``torch_overlay.OVERLAYS``, in series order), each on top
+of the previous ones in a git tree of the installed torch's pristine ``torch/_inductor``
+and ``torch/_logging``: the overlay's primary ``.diff`` edits applied with ``git apply``
+(never the ``.torch-X.Y.diff`` variants), its new modules, templates, test and expect
+files copied byte for byte, ``patches/<name>.md`` as the commit message; a part's
+``series/`` diffs edit files an earlier patch adds (written there less those edits).
+CONTRIBUTING.md ("The flow of a change", steps 4-6) says what each step checks.
 """
 from __future__ import annotations
 
@@ -839,21 +816,14 @@ def style_fix(paths: Iterable[pathlib.Path]) -> list[str]:
 # --check
 
 
-def apply_series(repo: pathlib.Path, patches: pathlib.Path, *, three_way: bool = False) -> list[str]:
+def apply_series(repo: pathlib.Path, patches: pathlib.Path) -> list[str]:
     """``git am`` each patch of the series; ExportError naming the patch and hunk on failure."""
-    names = [l.strip() for l in (patches / "series").read_text().splitlines() if l.strip()]
+    names = (patches / "series").read_text().split()
     for name in names:
         patch = patches / name
         check = git(repo, "apply", "--check", "-v", str(patch), check=False)
         if check.returncode != 0:
-            detail = check.stderr.strip()
-            if three_way:
-                am = git(repo, "am", "-q", "--3way", str(patch), check=False)
-                if am.returncode == 0:
-                    continue
-                git(repo, "am", "--abort", check=False)
-                detail += "\n" + am.stdout + am.stderr
-            raise ExportError(f"patch {name} does not apply:\n{_hunk_report(detail)}")
+            raise ExportError(f"patch {name} does not apply:\n{_hunk_report(check.stderr.strip())}")
         git(repo, "am", "-q", str(patch))
     return names
 
@@ -1005,10 +975,9 @@ def run_exported_tests(pythonpath: pathlib.Path, files: list[str], cache: pathli
 
 
 def check(run_tests: bool = True, compare_junit: pathlib.Path | None = None,
-          pytest_args: Iterable[str] = (), only: set[int] | None = None,
-          stale_step: bool = True, style_step: bool = True) -> int:
-    """``only``: the tests of these patches (1-based) and no pristine run; ``stale_step``
-    False: no staleness step (a copy without the git history the export dates from);
+          pytest_args: Iterable[str] = (), stale_step: bool = True,
+          style_step: bool = True) -> int:
+    """``stale_step`` False: no staleness step (a copy without the git history the export dates from);
     ``style_step`` False: no formatter and lint (a machine without them; CI runs them)."""
     t0 = time.time()
     if not (PATCHES / "series").exists():
@@ -1038,7 +1007,7 @@ def check(run_tests: bool = True, compare_junit: pathlib.Path | None = None,
         # 2. apply the committed series to a pristine tree, one patch at a time
         tree = pristine_tree(tmp / "pristine")
         overlays = collect()
-        names = [l.strip() for l in (PATCHES / "series").read_text().splitlines() if l.strip()]
+        names = (PATCHES / "series").read_text().split()
         if len(names) != len(overlays):
             print("patches/series does not have one patch per overlay and part", file=sys.stderr)
             return 1
@@ -1081,7 +1050,7 @@ def check(run_tests: bool = True, compare_junit: pathlib.Path | None = None,
                       + ("added lines as upstream's formatter and lint leave them" if style_step
                          else "formatter and lint not run (--no-style-step)"))
             new_modules += [p for p in overlay.files if p.endswith(".py")]
-            if not run_tests or (only and i + 1 not in only):
+            if not run_tests:
                 continue
             # 4. its tests against the patched copy, overlays off, GPU-free
             changed = git(tree, "diff", "--name-only", "HEAD~%d" % (i + 1), "HEAD").stdout.split()
@@ -1097,7 +1066,7 @@ def check(run_tests: bool = True, compare_junit: pathlib.Path | None = None,
                 print(result.probe_error or _failures(result), file=sys.stderr)
             if compare_junit is not None:
                 ok &= same_as_project_run(result, overlay.test_file, compare_junit)
-        if run_tests and not only:
+        if run_tests:
             # 5. the same tests against the pristine copy: each must fail
             expected = [n for r in patched.values() for n in r.outcomes]
             site = patched_torch(tree, [], tmp / "site_pristine")
@@ -1158,7 +1127,7 @@ def try_upstream(path: pathlib.Path) -> int:
         print(f"{path} is not a git checkout", file=sys.stderr)
         return 2
     head = git(path, "rev-parse", "HEAD").stdout.strip()
-    names = [l.strip() for l in (PATCHES / "series").read_text().splitlines() if l.strip()]
+    names = (PATCHES / "series").read_text().split()
     failures = 0
     with tempfile.TemporaryDirectory(prefix="export_upstream_") as tmp:
         work = pathlib.Path(tmp) / "wt"
@@ -1201,9 +1170,6 @@ def main(argv: list[str] | None = None) -> int:
                              "test file must have the same outcomes there")
     parser.add_argument("--pytest-arg", action="append", default=[], metavar="ARG",
                         help="with --check: passed to the pytest runs (e.g. -n=12 on the GPU)")
-    parser.add_argument("--only", metavar="N,N", type=lambda v: {int(n) for n in v.split(",")},
-                        help="with --check: the tests of these patches only (1-based), each "
-                             "after the patches up to it; no pristine run")
     parser.add_argument("--no-stale-step", action="store_true",
                         help="with --check: skip the staleness step (a copy with no git history)")
     parser.add_argument("--no-style-step", action="store_true",
@@ -1220,7 +1186,6 @@ def main(argv: list[str] | None = None) -> int:
                         help="rewrite the series/ diffs of the parts that edit these files "
                              "(all the series adds, when none is named) from the files as "
                              "edited; names each part whose lines changed, to edit by hand")
-    parser.add_argument("--out", type=pathlib.Path, default=PATCHES, help="output directory")
     parser.add_argument("--style-fix", type=pathlib.Path, nargs="+", metavar="FILE",
                         help="format these files as upstream's formatter would (ruff format, "
                              "usort, ruff's safe fixes) and print the lint left to fix by hand")
@@ -1244,16 +1209,16 @@ def main(argv: list[str] | None = None) -> int:
             return 1 if problems else 0
         if args.check:
             return check(run_tests=not args.no_tests, compare_junit=args.compare_junit,
-                         pytest_args=args.pytest_arg, only=args.only,
+                         pytest_args=args.pytest_arg,
                          stale_step=not args.no_stale_step,
                          style_step=not args.no_style_step)
         if args.upstream:
             return try_upstream(args.upstream)
         require_pinned_torch()
         with tempfile.TemporaryDirectory(prefix="export_") as tmp:
-            names = build_series(args.out, pathlib.Path(tmp))
+            names = build_series(PATCHES, pathlib.Path(tmp))
         for n in names:
-            print(args.out / n)
+            print(PATCHES / n)
         return 0
     except ExportError as e:
         print(f"export_patches: {e}", file=sys.stderr)
