@@ -433,14 +433,16 @@ class TestCostModel(TestCase):
         self.assertNotIn("template[b]", [p.label for p in plan.predictions])
         self.assertNotIn("template[a,b]", [p.label for p in plan.predictions])
 
-    @parametrize("gpu", ["h200", "h100", "a100"])
+    @parametrize("gpu", ["h200", "h100", "a100", "a10g", "l4"])
     def test_every_config_fits_shared_memory(self, gpu):
         dev = planner.device_model(DEVICE_SPECS[gpu])
         for m in (1, 16, 37, 128, 200, 1024, 4096):
             for fused in ((True, True), (False, True), (True, False)):
                 p = linear_problem(m, 4096, 4096)
                 configs = planner.select_configs(p, dev, *fused)
-                self.assertTrue(configs, (gpu, m, fused))
+                # in 99 KB a fusion may have no tile: the plan takes another, or stock
+                if dev.smem_per_block > DEVICE_SPECS["a10g"].smem_per_block:
+                    self.assertTrue(configs, (gpu, m, fused))
                 for cfg in configs:
                     size = lambda f: 4 if f else 2  # noqa: E731
                     self.assertLessEqual(

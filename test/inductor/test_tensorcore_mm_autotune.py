@@ -61,14 +61,16 @@ except ImportError:
 
 
 class TestAutotuneConfigs(TestCase):
-    @parametrize("gpu", ["h200", "h100", "a100"])
+    @parametrize("gpu", ["h200", "h100", "a100", "a10g", "l4"])
     def test_every_config_fits_shared_memory(self, gpu):
         dev = planner.device_model(DEVICE_SPECS[gpu])
         for m in (1, 16, 37, 128, 200, 1024, 4096):
             for fused in ((True, True), (False, True), (True, False)):
                 p = linear_problem(m, 4096, 4096)
                 configs = planner.select_configs(p, dev, *fused, exhaustive=True)
-                self.assertGreater(len(configs), 1, (gpu, m, fused))
+                # in 99 KB a fusion may have one tile or none
+                if dev.smem_per_block > DEVICE_SPECS["a10g"].smem_per_block:
+                    self.assertGreater(len(configs), 1, (gpu, m, fused))
                 for cfg in configs:
                     size = lambda f: 4 if f else 2  # noqa: E731
                     self.assertLessEqual(
