@@ -3,7 +3,7 @@
 16-bit weights that Inductor's freezing folded into constants.
 
 As test_tensorcore_mm.py: the plans as plain Python for the H200's properties, the
-generated CUDA code for the H200's plans and values, on any CUDA GPU with sm_80.
+generated CUDA code for the H200's plans, and values on any CUDA GPU with sm_80.
 """
 
 from __future__ import annotations
@@ -26,20 +26,22 @@ from torch.testing._internal.inductor_utils import GPU_TYPE
 
 try:
     from .test_tensorcore_mm import (
+        A10G,
         BF16,
         cast_kernels,
         comparable,
+        constexpr,
         DEVICE_SPECS,
         dtype_name,
         FP16,
         gpu_randn,
         H200,
-        IS_H200,
         kernel_source,
         linear,
         linear_problem,
         matmul_inputs,
         matmul_op,
+        plans_as_a10g,
         plans_as_h200,
         requires_cuda_sm80,
         template_kernels,
@@ -47,20 +49,22 @@ try:
     )
 except ImportError:
     from test_tensorcore_mm import (
+        A10G,
         BF16,
         cast_kernels,
         comparable,
+        constexpr,
         DEVICE_SPECS,
         dtype_name,
         FP16,
         gpu_randn,
         H200,
-        IS_H200,
         kernel_source,
         linear,
         linear_problem,
         matmul_inputs,
         matmul_op,
+        plans_as_a10g,
         plans_as_h200,
         requires_cuda_sm80,
         template_kernels,
@@ -215,10 +219,10 @@ def row_major_weight(x, w):
 
 
 class TestTensorCoreMMGemvGPU(TensorCoreMMTestCase):
-    """One row on a CUDA GPU: values against eager autocast and an fp64 reference; on an
-    H200, also the path its cost model takes."""
+    """One row on a CUDA GPU, for the A10G's plans: values against eager autocast and an
+    fp64 reference, and the path its cost model takes."""
 
-    @requires_cuda_sm80
+    @plans_as_a10g
     @parametrize("op", ["mm", "addmm", "bmm", "baddbmm"])
     @parametrize("dtype", [BF16, FP16], name_fn=dtype_name)
     @parametrize(
@@ -229,10 +233,8 @@ class TestTensorCoreMMGemvGPU(TensorCoreMMTestCase):
     def test_values(self, op, dtype, mnk):
         # 10241 x 1279: the [N, K] gemv template, its masks on both
         code = self.compile_values(op, dtype, mnk)
-        if not IS_H200:
-            return
         if op in ("mm", "addmm"):  # a reduction; batched rows take the tile template
-            gemv_nk = planner.gemv_nk(mnk[2], mnk[1], H200)
+            gemv_nk = planner.gemv_nk(mnk[2], mnk[1], A10G)
             self.assertEqual(len(template_kernels(code)), int(gemv_nk))
             self.assertEqual(self.counts["tensorcore_mm_gemv"], 1, dict(self.counts))
         else:
@@ -283,6 +285,13 @@ class TestFewRowsPlan(TestCase):
             self.assertEqual(plan.config.SPLIT_K, 1)
             self.assertIn(plan.config.BLOCK_K, (512, 1024))
 
+    def test_forced_configs_fit_every_gpu(self):
+        # the values tests launch these on any CI GPU: the A10G's shared memory, the least
+        smem = DEVICE_SPECS["a10g"].smem_per_block
+        for rows in (2, 4):
+            config = planner.TileConfig(**few_rows_config(rows))
+            self.assertLessEqual(config.smem_bytes(4, 4), smem, config)
+
     def test_only_an_fp32_weight_of_one_matmul(self):
         p = linear_weight_problem(2, 4096, 4096)
         self.assertLess(planner.select_configs(p, H200, True, True)[0].BLOCK_M, 16)
@@ -330,11 +339,13 @@ class TestTensorCoreMMFewRowsCodegen(TensorCoreMMTestCase):
         code = self.cuda_code(linear(), *gpu_randn((m, 1024), (1024, 1024), (1024,)))
         self.assertTemplate(code)
         src = kernel_source(code, template_kernels(code)[0])
-        FileCheck().check(f"BLOCK_M : tl.constexpr = {2 if m == 2 else 4}").check(
-            "acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K)"
-        ).check("b = b.to(DOT_DTYPE).to(ACC_TYPE)").check(
-            "acc += a[:, None, :] * b[None, :, :]"
-        ).check("acc = tl.sum(acc, 2)").check("tl.store").run(src)
+        # fewer than tl.dot's 16 rows, all of M
+        self.assertIn(constexpr(src, "BLOCK_M"), range(m, 16))
+        FileCheck().check("acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K)").check(
+            "b = b.to(DOT_DTYPE).to(ACC_TYPE)"
+        ).check("acc += a[:, None, :] * b[None, :, :]").check(
+            "acc = tl.sum(acc, 2)"
+        ).check("tl.store").run(src)
         self.assertNotIn("tl.dot(", src)
 
     def test_row_major_weight_takes_16_row_tiles(self):
@@ -342,6 +353,18 @@ class TestTensorCoreMMFewRowsCodegen(TensorCoreMMTestCase):
         self.assertTemplate(code)
         src = kernel_source(code, template_kernels(code)[0])
         FileCheck().check("BLOCK_M : tl.constexpr = 16").check("tl.dot(").run(src)
+
+
+def few_rows_config(rows):
+    """The few-row tile the values tests force: ``rows`` rows and columns."""
+    return dict(
+        BLOCK_M=rows,
+        BLOCK_N=rows,
+        BLOCK_K=512,
+        GROUP_M=8,
+        num_warps=4,
+        num_stages=3,
+    )
 
 
 class TestTensorCoreMMFewRowsGPU(TensorCoreMMTestCase):
@@ -357,15 +380,7 @@ class TestTensorCoreMMFewRowsGPU(TensorCoreMMTestCase):
     )
     def test_values(self, op, dtype, mnk):
         # K and N neither multiples of the blocks; rows past M wrap around
-        rows = 2 if mnk[0] == 2 else 4
-        config = dict(
-            BLOCK_M=rows,
-            BLOCK_N=rows,
-            BLOCK_K=512,
-            GROUP_M=8,
-            num_warps=4,
-            num_stages=3,
-        )
+        config = few_rows_config(2 if mnk[0] == 2 else 4)
         with inductor_config.patch(
             tensorcore_mm_force_config=config, tensorcore_mm_force_path="template"
         ):

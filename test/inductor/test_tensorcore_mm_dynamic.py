@@ -27,11 +27,11 @@ try:
         BF16,
         gpu_randn,
         H200,
-        IS_H200,
         kernel_source,
         linear,
         linear_problem,
         no_caches,
+        plans_as_a10g,
         plans_as_h200,
         requires_cuda_sm80,
         template_kernels,
@@ -44,11 +44,11 @@ except ImportError:
         BF16,
         gpu_randn,
         H200,
-        IS_H200,
         kernel_source,
         linear,
         linear_problem,
         no_caches,
+        plans_as_a10g,
         plans_as_h200,
         requires_cuda_sm80,
         template_kernels,
@@ -161,7 +161,8 @@ class TestTensorCoreMMDynamicCodegen(TensorCoreMMTestCase):
 
 
 class TestTensorCoreMMDynamicGPU(TensorCoreMMTestCase):
-    """Values on a CUDA GPU as M varies within its bound; on an H200, one compile."""
+    """Values on a CUDA GPU as M varies within its bound; for the A10G's plans, the
+    compiles."""
 
     def check_values(self, compiled, fn, w, b, ms, **bounds):
         """``compiled(x, w, b)`` against eager for an x of each row count in ``ms``, its M
@@ -171,7 +172,7 @@ class TestTensorCoreMMDynamicGPU(TensorCoreMMTestCase):
             torch._dynamo.mark_dynamic(x, 0, **bounds)
             self.assertLikeEager(compiled(x, w, b), fn, [x, w, b], F.linear, BF16)
 
-    @requires_cuda_sm80
+    @plans_as_a10g
     def test_dynamic_m_unbounded(self):
         # M crosses the split: a second graph for the larger M; values right on both
         fn = linear()
@@ -179,10 +180,9 @@ class TestTensorCoreMMDynamicGPU(TensorCoreMMTestCase):
         torch._dynamo.reset()
         with tensorcore(True), no_caches():
             self.check_values(torch.compile(fn), fn, w, b, (4, 9, 16, 300, 2))
-        if IS_H200:
-            # M <= 16 once (the template), M > 16 once; M = 2 reuses the first
-            self.assertEqual(self.counts["tensorcore_mm_dynamic_m_split"], 1)
-            self.assertEqual(self.counts["tensorcore_mm_template"], 1)
+        # M <= 16 once (the template), M > 16 once; M = 2 reuses the first
+        self.assertEqual(self.counts["tensorcore_mm_dynamic_m_split"], 1)
+        self.assertEqual(self.counts["tensorcore_mm_template"], 1)
 
     @requires_cuda_sm80
     def test_dynamic_m_split_guard_from_the_cache(self):
@@ -204,7 +204,7 @@ class TestTensorCoreMMDynamicGPU(TensorCoreMMTestCase):
         )
         self.assertGreaterEqual(hits, 1, dict(counters))
 
-    @requires_cuda_sm80
+    @plans_as_a10g
     def test_dynamic_m(self):
         fn = linear()
         w, b = gpu_randn((512, 1024), (512,))
@@ -213,9 +213,8 @@ class TestTensorCoreMMDynamicGPU(TensorCoreMMTestCase):
             self.check_values(
                 torch.compile(fn), fn, w, b, (16, 2, 33, 64), min=2, max=64
             )
-        if IS_H200:
-            # one compile, symbolic M
-            self.assertEqual(self.counts["tensorcore_mm_template"], 1)
+        # one compile, symbolic M
+        self.assertEqual(self.counts["tensorcore_mm_template"], 1)
 
 
 if __name__ == "__main__":

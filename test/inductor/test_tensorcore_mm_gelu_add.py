@@ -22,15 +22,14 @@ from torch.testing._internal.common_utils import (
     parametrize,
 )
 from torch.testing._internal.inductor_utils import GPU_TYPE
-from torch.testing._internal.triton_utils import requires_cuda_and_triton
 
 
 try:
     from .test_gelu_add import APPROXIMATIONS, GeluAddTestCase, kernel_names
-    from .test_tensorcore_mm import plans_as_h200
+    from .test_tensorcore_mm import plans_as_h200, requires_cuda_sm80
 except ImportError:
     from test_gelu_add import APPROXIMATIONS, GeluAddTestCase, kernel_names
-    from test_tensorcore_mm import plans_as_h200
+    from test_tensorcore_mm import plans_as_h200, requires_cuda_sm80
 
 
 def gelu_linear(approximate: str, autocast: bool = False):
@@ -57,7 +56,7 @@ def template_kernels(code: list[str]) -> list[str]:
     return re.findall(r"(triton_tem_fused_\w+?_\d+)\.run\(", "\n".join(code))
 
 
-@requires_cuda_and_triton
+@requires_cuda_sm80
 class GeluAddEpilogueTests(GeluAddTestCase):
     """gelu(F.linear(x, w, b)) + r as the tensorcore_mm template's epilogue, in the
     generated CUDA code.
@@ -167,7 +166,6 @@ class GeluAddEpilogueTests(GeluAddTestCase):
         self.assertEqual(template_kernels(code), [])
         self.assertEqual(counters["inductor"]["tensorcore_mm_fallback:not_autocast"], 1)
 
-    @requires_cuda_and_triton
     @parametrize("approximate", APPROXIMATIONS)
     @parametrize("variant", ["bf16", "autocast"])
     def test_gpu_values_and_gradients(self, variant, approximate):
