@@ -382,7 +382,7 @@ def entries(doc: dict):
         for r in doc["rows"]:
             if "sides" not in r:  # skipped (time budget) or failed before measuring
                 continue
-            mode = r.get("mode", "default")
+            mode = (doc.get("settings") or {}).get("mode", "default")
             if mode == "default":
                 yield ZOO_FAMILY[r["row"]], (r["model"], r["row"], r["batch"]), r
             else:
@@ -474,36 +474,34 @@ def zoo_table(family: str, rows: dict) -> str:
     return markdown_table(headers, body)
 
 
-def graphs_table(rows: dict) -> str:
-    """One line a model: stock / overlay us (overlay / stock) per mode, row and batch."""
-    columns = sorted({(row, batch) for _, row, batch in rows})
+def per_model_table(rows: dict, column, header, digits: int, same_code: bool = False) -> str:
+    """One line a model: stock / overlay us (overlay / stock) per column of its rows' keys."""
+    columns = sorted({column(key) for key in rows})
     cells: dict[str, dict] = {}
-    for (model, row, batch), (doc, r) in sorted(rows.items(), key=zoo_order):
-        line = cells.setdefault(model, {"measured": set()})
-        same = ", same code" if r.get("same_code") else ""
-        line[row, batch] = (f"{r['sides']['stock']['mean_us']:.0f} / "
-                            f"{r['sides']['overlay']['mean_us']:.0f} ({r['ratio']:.2f}x{same})")
+    for key, (doc, r) in sorted(rows.items(), key=zoo_order):
+        line = cells.setdefault(key[0], {"measured": set()})
+        same = ", same code" if same_code and r.get("same_code") else ""
+        line[column(key)] = (f"{r['sides']['stock']['mean_us']:.{digits}f} / "
+                             f"{r['sides']['overlay']['mean_us']:.{digits}f} "
+                             f"({r['ratio']:.2f}x{same})")
         line["measured"].add(measured(doc))
-    headers = (["model"] + [f"{row.replace('decode_dyn', 'dynamic')} B = {batch}"
-                            for row, batch in columns] + ["measured"])
+    headers = ["model"] + [header(c) for c in columns] + ["measured"]
     return markdown_table(headers, [[model] + [line.get(c, "-") for c in columns]
                                     + ["; ".join(sorted(line["measured"]))]
                                     for model, line in cells.items()])
 
 
+def graphs_table(rows: dict) -> str:
+    """Per mode, row and batch."""
+    return per_model_table(
+        rows, lambda key: key[1:],
+        lambda c: f"{c[0].replace('decode_dyn', 'dynamic')} B = {c[1]}", 0, same_code=True)
+
+
 def dynamic_table(rows: dict) -> str:
-    """One line a model: stock / overlay us (overlay / stock) at each batch size."""
-    batches = sorted({batch for _, _, batch in rows})
-    cells: dict[str, dict] = {}
-    for (model, _, batch), (doc, r) in sorted(rows.items(), key=zoo_order):
-        line = cells.setdefault(model, {"measured": set()})
-        line[batch] = (f"{r['sides']['stock']['mean_us']:.1f} / "
-                       f"{r['sides']['overlay']['mean_us']:.1f} ({r['ratio']:.2f}x)")
-        line["measured"].add(measured(doc))
-    headers = ["model"] + [f"B = {b}: stock / overlay us" for b in batches] + ["measured"]
-    return markdown_table(headers, [[model] + [line.get(b, "-") for b in batches]
-                                    + ["; ".join(sorted(line["measured"]))]
-                                    for model, line in cells.items()])
+    """At each batch size."""
+    return per_model_table(rows, lambda key: key[2],
+                           lambda b: f"B = {b}: stock / overlay us", 1)
 
 
 def stacks_table(rows: dict) -> str:

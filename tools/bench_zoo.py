@@ -22,9 +22,9 @@ after the first do: projecting the encoder states is once a sequence, a batch8 r
 16 (batch 1 recompiles: Dynamo specializes sizes 0 and 1); ``batch8`` 8x128 tokens or 8
 images; ``train`` forward + backward, loss the mean square of the output (a random model's
 mean output is near 0: its relative error would say nothing), its errors those of every
-parameter's gradient as one vector. Dropout is off (eval mode). ``--mode reduce-overhead`` or ``max-autotune`` compiles both sides in
-that mode (CUDA graphs) and times the decode rows as wall time per call, graph replays back to
-back: what a launch-bound decode step costs a user.
+parameter's gradient as one vector. Dropout is off (eval mode). ``--mode reduce-overhead``
+or ``max-autotune`` compiles both sides in that mode (CUDA graphs) and times the decode rows
+as wall time per call, graph replays back to back: what a launch-bound decode step costs.
 """
 from __future__ import annotations
 
@@ -528,7 +528,7 @@ def run(args, argv) -> int:
                                            "attn": model.config._attn_implementation}
                 for e in measure_row(spec, models[name], row, timer=timer,
                                      compile=compile, compiles=args.compiles):
-                    doc["rows"].append({**e, "mode": args.mode})
+                    doc["rows"].append(e)
                     s, o = e["sides"]["stock"], e["sides"]["overlay"]
                     log(f"    {label(e)}: stock {s['mean_us']:.1f} us, overlay "
                         f"{o['mean_us']:.1f} us, {e['ratio']:.2f}x; err {s['err']:.1e} / "
