@@ -20,7 +20,7 @@ where stock is the better choice). A graph whose compile fails after it lowered
 templates (a kernel the driver cannot load) is compiled again with the stock lowering
 (``compile_with_stock_fallback``, ``config.tensorcore_mm_fallback``). Under max-autotune
 the template's configs are autotuned against the stock path as a subgraph of the same
-fp32 inputs.
+fp32 inputs, where M is static (the subgraph's benchmark would specialize it).
 """
 
 from __future__ import annotations
@@ -570,8 +570,11 @@ def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
         and torch.cuda.is_initialized()
         and not torch.cuda.is_current_stream_capturing()
     )
-    _check_plan(mm, the_plan, measure, autotune)
-    return _lower_template(mm, the_plan, force, autotune, measure)
+    # the stock path is a subgraph choice, whose benchmark specializes a symbolic M:
+    # there the plan decides alone, as in default mode
+    versus_stock = autotune and not dynamic_m
+    _check_plan(mm, the_plan, measure, versus_stock)
+    return _lower_template(mm, the_plan, force, autotune, measure, versus_stock)
 
 
 def _lower_gemv_plan(mm: _Matmul, autotune: bool) -> Any:
@@ -650,17 +653,23 @@ def _template_inputs(
 
 
 def _lower_template(
-    mm: _Matmul, the_plan: Any, force: Any, autotune: bool, measure: bool
+    mm: _Matmul,
+    the_plan: Any,
+    force: Any,
+    autotune: bool,
+    measure: bool,
+    versus_stock: bool,
 ) -> Any:
-    """The template's lowering: autotuned against the stock path under max-autotune,
-    and where the plan asks for timing, only if it times faster."""
+    """The template's lowering: its configs autotuned under max-autotune, against the
+    stock path where ``versus_stock``, and where the plan asks for timing, only if it
+    times faster."""
     kernel_inputs, layout = _template_inputs(mm, the_plan, force, autotune)
     template = tensorcore_bmm_template if mm.batch_dims else tensorcore_mm_template
     name = f"tensorcore_{mm.op}"
     choices = V.choices.get_template_configs(kernel_inputs, [template], name)
     if not choices:
         raise _Decline("no_config")
-    if autotune:
+    if versus_stock:
         choices.extend(_stock_choices(mm.op, kernel_inputs, layout, mm.dtype))
     elif measure:
         _check_measured(mm, the_plan, choices[0], kernel_inputs, layout)
