@@ -301,6 +301,22 @@ class TestForcedConfigs(TestCase):
 
 
 class TestTensorCoreMMAutotune(TensorCoreMMTestCase):
+    def choices_offered(self, x, w, b, **config):
+        """The choices each template lowering offers under max-autotune with ``config``,
+        the first taken without benchmarking."""
+        seen = []
+
+        def pick_first(name, choices, *args, **kwargs):
+            seen.append(list(choices))
+            return choices[0].output_node(), choices[0]
+
+        with (
+            inductor_config.patch(max_autotune=True, **config),
+            mock.patch.object(mm_tensorcore, "autotune_select_algorithm", pick_first),
+        ):
+            self.cuda_code(linear(), x, w, b)
+        return seen
+
     @plans_as_h200
     @parametrize("dynamic", [False, True])
     def test_max_autotune_adds_configs_and_the_stock_path(self, dynamic):
@@ -309,23 +325,10 @@ class TestTensorCoreMMAutotune(TensorCoreMMTestCase):
         from torch._inductor.codegen.subgraph import SubgraphChoiceCaller
         from torch._inductor.select_algorithm import TritonTemplateCaller
 
-        seen = []
-
-        def pick_first(name, choices, *args, **kwargs):
-            seen.append(list(choices))
-            return choices[0].output_node(), choices[0]
-
         x, w, b = gpu_randn((16, 512), (256, 512), (256,))
         if dynamic:
             torch._dynamo.mark_dynamic(x, 0)
-        with (
-            inductor_config.patch(
-                max_autotune=True, max_autotune_gemm_backends="TRITON"
-            ),
-            mock.patch.object(mm_tensorcore, "autotune_select_algorithm", pick_first),
-        ):
-            self.cuda_code(linear(), x, w, b)
-        (choices,) = seen
+        (choices,) = self.choices_offered(x, w, b, max_autotune_gemm_backends="TRITON")
         templates = [c for c in choices if isinstance(c, TritonTemplateCaller)]
         self.assertGreater(len(templates), 1)
         self.assertTrue(
@@ -342,24 +345,16 @@ class TestTensorCoreMMAutotune(TensorCoreMMTestCase):
         # leaves symbolic: there the split config is not offered, and the stock lowering
         # runs (a forced split config has no neighbour; the stock backends, ATen alone,
         # leave nothing to benchmark)
-        seen = []
-
-        def pick_first(name, choices, *args, **kwargs):
-            seen.append(list(choices))
-            return choices[0].output_node(), choices[0]
-
         x, w, b = gpu_randn((16, 512), (256, 512), (256,))
         if dynamic:
             torch._dynamo.mark_dynamic(x, 0)
-        with (
-            inductor_config.patch(
-                max_autotune=True,
-                max_autotune_gemm_backends="ATEN",
-                tensorcore_mm_force_config=dict(SWAP, SPLIT_K=2),
-            ),
-            mock.patch.object(mm_tensorcore, "autotune_select_algorithm", pick_first),
-        ):
-            self.cuda_code(linear(), x, w, b)
+        seen = self.choices_offered(
+            x,
+            w,
+            b,
+            max_autotune_gemm_backends="ATEN",
+            tensorcore_mm_force_config=dict(SWAP, SPLIT_K=2),
+        )
         choices = [c for cs in seen for c in cs]
         self.assertEqual(
             any(getattr(c, "workspace_arg", None) for c in choices), not dynamic
