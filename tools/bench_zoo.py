@@ -21,6 +21,7 @@ import pathlib
 import sys
 import time
 import zlib
+from typing import Callable
 from unittest import mock
 
 import torch
@@ -293,6 +294,24 @@ def same_code(a: list[str], b: list[str]) -> bool | None:
     return strip(a) == strip(b) if a and b else None
 
 
+def time_sides(entries: dict, runner: Callable, timer: Callable, compiles: int) -> None:
+    """Both sides timed twice, in both orders; each side keeps its fastest compile's."""
+    keys = list(itertools.product(("stock", "overlay"), range(compiles), entries))
+    times = {key: [] for key in keys}
+    for order in (("stock", "overlay"), ("overlay", "stock")):
+        for side, c, b in sorted(keys, key=lambda k: order.index(k[0])):
+            with side_config(side):
+                times[side, c, b].append(timer(runner(side, c, b)))
+    for b, e in entries.items():
+        for side, res in e["sides"].items():
+            means = [sum(times[side, c, b]) / len(times[side, c, b]) for c in range(compiles)]
+            best = min(range(compiles), key=means.__getitem__)
+            res["us"], res["mean_us"] = times[side, best, b], means[best]
+            if compiles > 1:
+                res["compiles_mean_us"] = means
+        e["ratio"] = e["sides"]["stock"]["mean_us"] / e["sides"]["overlay"]["mean_us"]
+
+
 def measure_row(spec: Spec, model, row: str, device: str = "cuda", timer=kernel_us,
                 compile=torch.compile, compiles: int = 1) -> list[dict]:
     """One row of one model, both sides; one entry per batch (decode_dyn has three).
@@ -376,28 +395,15 @@ def measure_row(spec: Spec, model, row: str, device: str = "cuda", timer=kernel_
                             res[kind] = min(res[kind + "_all"])
                 if c == 0:
                     entries[batches[0]]["sides"][side]["counters"] = counters_fired(before)
+    def runner(side, c, b):
+        return lambda: call(compiled[side, c], b)
     if device == "cuda":  # the stock side's 16-bit copies of fp32 weights among it
-        for side in ("stock", "overlay"):
+        for side, (b, e) in itertools.product(("stock", "overlay"), entries.items()):
             with side_config(side):
-                for b in batches:
-                    entries[b]["sides"][side]["peak_mib"] = peak_mib(
-                        lambda: call(compiled[side, 0], b))
-    times = {key: [] for key in itertools.product(("stock", "overlay"), range(compiles), batches)}
-    for order in (("stock", "overlay"), ("overlay", "stock")):
-        for side in order:
-            with side_config(side):
-                for c in range(compiles):
-                    for b in batches:
-                        times[side, c, b].append(timer(lambda: call(compiled[side, c], b)))
+                e["sides"][side]["peak_mib"] = peak_mib(runner(side, 0, b))
+    time_sides(entries, runner, timer, compiles)
     same = same_code(codes["stock"], codes["overlay"])  # one compile a side covers each batch
-    for b, e in entries.items():
-        for side, res in e["sides"].items():
-            means = [sum(times[side, c, b]) / len(times[side, c, b]) for c in range(compiles)]
-            best = min(range(compiles), key=means.__getitem__)
-            res["us"], res["mean_us"] = times[side, best, b], means[best]
-            if compiles > 1:
-                res["compiles_mean_us"] = means
-        e["ratio"] = e["sides"]["stock"]["mean_us"] / e["sides"]["overlay"]["mean_us"]
+    for e in entries.values():
         e["same_code"] = same
     compiled.clear()  # the compiled code and its graphs go with the reset
     torch._dynamo.reset()
