@@ -228,19 +228,19 @@ def measure_case(case: Case, modes: list[str], *, device="cuda", timer=median_ms
     record["eager_error"] = relative_error(eager, ref)
     record["tolerance"] = tol = tolerance(record["eager_error"], str(case.dtype))
     del eager
+
+    def measure(name):
+        return measure_mode(case, MODES[name], input_sets, ref, tol, device=device,
+                            timer=timer, build=build, overlays=overlays, force=force)
     for name in modes:
-        record["modes"][name] = measure_mode(
-            case, MODES[name], input_sets, ref, tol, device=device, timer=timer, build=build,
-            overlays=overlays, force=force)
+        record["modes"][name] = measure(name)
         on_mode(name, record["modes"][name], record)
     for _ in range(passes - 1):
         for name in reversed(modes):
             first = record["modes"][name]
             if first.get("status") != "ok" or MODES[name].max_autotune:
                 continue
-            again = measure_mode(
-                case, MODES[name], input_sets, ref, tol, device=device, timer=timer, build=build,
-                overlays=overlays, force=force)
+            again = measure(name)
             if again.get("status") != "ok":  # a later failure is a failure
                 record["modes"][name] = again
             else:
