@@ -87,21 +87,17 @@ class TestMeasureModel(TestCase):
         """The loop's bookkeeping, with eager standing in for the compile."""
         record = self.measure(lambda f, **kw: f)
         rows = record["rows"]
-        self.assertEqual(list(rows), [
-            "decode B=1", "decode B=1 graphs", "decode B=16", "decode B=16 graphs",
-            "prefill 16", "train 2x16", "live decode B=1", "live decode B=16"])
+        self.assertEqual(list(rows), ["decode B=1", "decode B=16", "prefill 16", "train 2x16"])
         for name in ("decode B=1", "decode B=16", "prefill 16"):
             self.assertEqual(set(rows[name]["modes"]), {"eager", "stock", "overlay",
                                                         "stock_freezing", "overlay_freezing"})
-        for name in ("decode B=1 graphs", "train 2x16", "live decode B=16"):
-            self.assertEqual(set(rows[name]["modes"]), {"stock", "overlay"})
+        self.assertEqual(set(rows["train 2x16"]["modes"]), {"stock", "overlay"})
         for name, r in rows.items():
             for mode_name, res in r["modes"].items():
                 self.assertEqual(res["status"], "ok", (name, mode_name, res))
                 self.assertLessEqual(res["error"], r["tolerance"])
         overlay = rows["decode B=16"]["modes"]["overlay"]
         self.assertEqual(overlay["maxabs_eager"], 0.0)  # eager twice: the same logits
-        self.assertEqual(overlay["maxabs_stock"], 0.0)
         self.assertGreater(rows["decode B=1"]["floor_ms"], 0)
         self.assertNotIn("floor_ms", rows["prefill 16"])
         # the random weights and caches give a real error against fp64, never zero
@@ -131,10 +127,11 @@ class TestMeasureModel(TestCase):
         self.assertEqual(decode["overlay"]["status"], "WRONG")
         self.assertNotIn("ms", decode["overlay"])
         self.assertEqual(decode["stock"]["status"], "ok")
-        headers, rows = report.models_speed_table({"models": [record]})
-        line = next(r for r in rows if r[1] == "decode B=1")
-        self.assertEqual(line[headers.index("overlay ms")], "WRONG")
-        self.assertEqual(line[headers.index("overlay / stock")], "-")
+        doc = report.new_document({"gpu": "NVIDIA H200", "date": "2026-11-23T08:00:00+00:00",
+                                   "torch": "2.11.0", "triton": "3.6.0"}, CEILINGS, {})
+        doc["models"] = [record]
+        line = next(x for x in report.render_run(doc).splitlines() if "| decode B=1 |" in x)
+        self.assertIn("| 1000.0 | 1000.0 | **WRONG** | 1000.0 | **WRONG** | - | - | 1.00x |", line)
 
     def test_budget_skips_the_rest(self):
         record = bench.measure_model(TINY[1], TINY_SIZES, overlays=[], force=False,
@@ -221,7 +218,6 @@ class TestModelsCommand(TestCase):
         self.assertTrue(decode["code_differs"])  # tensorcore_mm takes the fp32 weights
         train = next(r for label, r in rows.items() if label.startswith("train"))
         self.assertNotIn("message", train)
-        self.assertIn("transformers", out)  # says whether it is installed, in one line
 
     def test_report_renders_the_models(self):
         record = bench.measure_model(TINY[0], TINY_SIZES, overlays=[], force=False,
@@ -238,15 +234,8 @@ class TestModelsCommand(TestCase):
         # the ratios say how many times faster the overlay side is
         modes = record["rows"]["decode B=1"]["modes"]
         modes["overlay"]["ms"], modes["stock_freezing"]["ms"] = 1.0, 4.0
-        headers, rows = report.models_speed_table(doc)
-        line = next(r for r in rows if r[1] == "decode B=1")
-        self.assertEqual(line[headers.index("overlay / stock")], "2.00x")
-        self.assertEqual(line[headers.index("ovl frz / stock frz")], "2.00x")
-        self.assertEqual(line[headers.index("overlay / stock frz")], "4.00x")
-        floor = record["rows"]["decode B=1"]["floor_ms"]
-        self.assertEqual(line[headers.index("% floor overlay")], f"{100 * floor:.0f}%")
-        summary = report.models_summary(doc)
-        self.assertIn("live decode B=16", summary)
+        self.assertIn("| llama-tiny | decode B=1 | 2000.0 | 2000.0 | 1000.0 | 4000.0 | 2000.0 "
+                      "| 2.00x | 2.00x | 0.50x |", report.render_run(doc))
         with tempfile.TemporaryDirectory() as tmp:
             models_json = pathlib.Path(tmp) / "models.json"
             report.write_json(doc, models_json)

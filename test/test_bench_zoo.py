@@ -24,6 +24,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tools")
 
 import bench  # noqa: E402
 import bench_zoo as zoo  # noqa: E402
+from bench_report import render_run  # noqa: E402
 
 try:
     import transformers  # noqa: F401
@@ -171,7 +172,7 @@ class TestZooModels(TestCase):
         out = ref.clone()
         out[3, 7] += 1
         self.assertEqual(zoo.max_rel_err(out, ref), 1.0)
-        self.assertAlmostEqual(zoo.rms_rel_err(out, ref), 0.1, places=12)
+        self.assertAlmostEqual(zoo.relative_error((out,), (ref,)), 0.1, places=12)
 
     def test_measure_row_bookkeeping_and_table(self):
         """The loop on the CPU: Dynamo's eager backend for the compile, a counter for the
@@ -212,23 +213,11 @@ class TestZooModels(TestCase):
                "settings": {"timer": zoo.PROFILER_TIMER},
                "rows": entries + [{"model": "t5-large", "hidden": 1024, "row": "train",
                                    "status": "skipped", "message": "time budget spent"}]}
-        text = zoo.markdown(doc)
-        self.assertIn("GPU kernel time (torch.profiler, summed)", text)
-        self.assertIn("without KV cache", text)
-        self.assertIn("| gpt2-large | 1280 | decode_dyn B=4 | 104.5 | 104.5 | 1.00x |", text)
-        self.assertIn("| t5-large | 1024 | train | - | - | skipped |", text)
-        self.assertIn("peak MiB stock / overlay", text)
-        self.assertIn("rms err stock / overlay (eager)", text)
-        self.assertIn("compile workers: not recorded", text)
-        doc["env"]["compile_workers"] = 0  # a pool that never started: serial compiles
-        self.assertIn("no compile workers: every Triton kernel compiled in the timed process",
-                      zoo.markdown(doc))
-        doc["env"]["compile_workers"] = 16
-        self.assertIn("`python tools/bench.py zoo`. 16 compile workers. fp32", zoo.markdown(doc))
-        self.assertRegex(text, r"\| decode_dyn B=16 \|[^\n]* \| 512 / 256 \| ")
-        self.assertRegex(text, r"\| decode_dyn B=16 \| [\d.]+ \| [\d.]+ \| [\d.]+x \(same code\) \|")
-        self.assertRegex(text, r"\| decode_dyn B=4 \| [\d.]+ \| [\d.]+ \| [\d.]+x \|")
-        self.assertRegex(text, r"\| decode_dyn B=4 \|[^\n]* \| - \| ")
+        text = render_run(doc)
+        self.assertIn("### H200, torch 2.11.0, triton 3.6.0; measured 2026-11-24", text)
+        self.assertIn("| gpt2-large | 106.5 / 106.5 (1.00x) | 104.5 / 104.5 (1.00x) | "
+                      "105.5 / 105.5 (1.00x) | 2026-11-24, profiler |", text)
+        self.assertNotIn("t5-large", text)  # a skipped row has nothing to show
 
     def test_same_code_but_comments(self):
         stock = ["# AOT ID: ['0_inference']\nbuf0 = mm(x, w)\n    # Topologically sorted\n"]

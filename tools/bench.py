@@ -10,18 +10,10 @@
     python tools/bench.py report > BENCHMARKS.md  from tools/bench_results/*.json
     python tools/bench.py report bench_out/bench.json   one run's tables
 
-Select with --workloads linear,mlp, --shapes REGEX (searched in the case labels that
---list prints), --modes stock,overlay; --mnk 16x1280x5120,4x1024x4096 gives linear (and
-gelu_linear) cases of other shapes. The A/B modes of tensorcore_mm's parts (split-K, the
-timed plan, the gelu-add epilogue) run only when --modes names them; --graph times decode-
-sized kernels without the host:
-
-    python tools/bench.py --mnk 16x1280x5120 --modes stock,overlay,template-no-split --graph
-
-Max-autotune is slow to compile: by default it runs on the required shape sets only
-(--max-autotune all for every case), after every other mode of every case, and is
-skipped once --budget-s seconds have passed. The JSON is rewritten after each case, so
-a killed run keeps what it measured.
+The A/B modes of tensorcore_mm's parts run only when --modes names them, e.g.
+--mnk 16x1280x5120 --modes stock,overlay,template-no-split --graph. Max-autotune runs
+after every other mode, on the required shape sets (--max-autotune all: every case),
+until --budget-s. The JSON is rewritten after each case: a killed run keeps it.
 """
 from __future__ import annotations
 
@@ -45,11 +37,10 @@ import torch  # noqa: E402
 import torch_overlay  # noqa: E402
 from bench_common import (  # noqa: E402
     REP_MS, WARMUP_MS, environment, gpu_available, log, median_ms, mode_context, one_line,
-    probe_overlays, synchronize, warm_up_compiler)
+    probe_overlays, relative_error, synchronize, warm_up_compiler)
 from bench_report import (  # noqa: E402
-    compile_only_table, derive, is_wrong, models_summary, new_document, read_json,
-    render_benchmarks, render_run, result_docs, terminal_summary, text_table, tolerance,
-    upsert, write_json)
+    derive, is_wrong, new_document, read_json, render_benchmarks, render_run, result_docs,
+    tolerance, upsert, write_json)
 from bench_workloads import MODES, WORKLOADS, Case, Mode, all_cases, io_bytes  # noqa: E402
 
 COMMANDS = ("ops", "models", "zoo", "report")
@@ -66,8 +57,6 @@ DEFAULT_MODELS_BUDGET_S = 480
 # (triton 3.6's do_bench also wipes L2 before each timed call, but not in its warm-up,
 # and the harness should not depend on that.)
 ROTATE_L2_MULTIPLE, MAX_INPUT_SETS = 3, 32
-
-
 
 
 # -- measuring ----------------------------------------------------------------------
@@ -137,17 +126,6 @@ def reference_outputs(case: Case, inputs: tuple) -> tuple[torch.Tensor, ...]:
     # autocast leaves fp64 alone: case.fn on fp64 inputs is the fp64 reference
     upcast = tuple(t.detach().double().requires_grad_(t.requires_grad) for t in inputs)
     return case.step(case.fn)(*upcast)
-
-
-def relative_error(outputs, refs) -> float:
-    """The largest ||out - ref|| / ||ref|| over the outputs; NaN or inf gives inf."""
-    worst = 0.0
-    for out, ref in zip(outputs, refs, strict=True):
-        ref = ref.detach().double()
-        err = (torch.linalg.vector_norm(out.detach().double() - ref)
-               / torch.linalg.vector_norm(ref)).item()
-        worst = max(worst, err if math.isfinite(err) else math.inf)
-    return worst
 
 
 def check_accounting(case: Case, inputs: tuple, outputs: tuple) -> None:
@@ -250,19 +228,19 @@ def measure_case(case: Case, modes: list[str], *, device="cuda", timer=median_ms
     record["eager_error"] = relative_error(eager, ref)
     record["tolerance"] = tol = tolerance(record["eager_error"], str(case.dtype))
     del eager
+
+    def measure(name):
+        return measure_mode(case, MODES[name], input_sets, ref, tol, device=device,
+                            timer=timer, build=build, overlays=overlays, force=force)
     for name in modes:
-        record["modes"][name] = measure_mode(
-            case, MODES[name], input_sets, ref, tol, device=device, timer=timer, build=build,
-            overlays=overlays, force=force)
+        record["modes"][name] = measure(name)
         on_mode(name, record["modes"][name], record)
     for _ in range(passes - 1):
         for name in reversed(modes):
             first = record["modes"][name]
             if first.get("status") != "ok" or MODES[name].max_autotune:
                 continue
-            again = measure_mode(
-                case, MODES[name], input_sets, ref, tol, device=device, timer=timer, build=build,
-                overlays=overlays, force=force)
+            again = measure(name)
             if again.get("status") != "ok":  # a later failure is a failure
                 record["modes"][name] = again
             else:
@@ -336,14 +314,19 @@ def run_benchmarks(plan, doc: dict, out_dir: pathlib.Path, args, overlays) -> No
         torch.cuda.empty_cache()
 
 
-def finish(doc: dict, out_dir: pathlib.Path) -> None:
-    write_json(doc, out_dir / "bench.json")
-    log(terminal_summary(doc))
-    (out_dir / "bench.md").write_text(render_run(doc))
-    log(f"results: {out_dir / 'bench.json'}, report: {out_dir / 'bench.md'}")
-
-
 # -- compile time without a GPU ------------------------------------------------------
+
+def compiled_code(fn: Callable, *args, mode: Mode, overlays, force) -> tuple[float, str]:
+    """Seconds and normalized code of ``fn(*args)`` compiled for the H200 through the
+    GPU-free harness (fake CUDA tensors: no kernel is built or run)."""
+    from torch_overlay.testing import get_code
+    from torch_overlay.testing.golden import normalize
+
+    with mode_context(mode, overlays, force):
+        start = time.perf_counter()
+        code = get_code(fn, *args, force_fake=True)
+        return time.perf_counter() - start, normalize(code)
+
 
 def compare_compiles(row: dict, seconds: Callable[[Mode], tuple[float, str]],
                      stock: str = "stock", overlay: str = "overlay") -> dict:
@@ -361,20 +344,13 @@ def compare_compiles(row: dict, seconds: Callable[[Mode], tuple[float, str]],
 
 
 def compile_only(cases: list[Case], overlays, force: bool) -> list[dict]:
-    """Inductor's compile of each inference case for the H200, stock against overlay,
-    through the GPU-free harness (fake CUDA tensors: no kernel is built or run)."""
-    from torch_overlay.testing import get_code
-    from torch_overlay.testing.golden import normalize
+    """Inductor's compile of each inference case, stock against overlay."""
+    def seconds(case, mode):
+        fn = case.step(torch.compile(case.fn, dynamic=False))
+        return compiled_code(fn, *case.make_inputs(meta_rand), mode=mode, overlays=overlays,
+                             force=force)
 
-    def compile_seconds(case, mode, inputs):
-        with mode_context(mode, overlays, force):
-            start = time.perf_counter()
-            code = get_code(case.step(torch.compile(case.fn, dynamic=False)), *inputs,
-                            force_fake=True)
-            return time.perf_counter() - start, normalize(code)
-
-    pointwise = next(c for c in all_cases(["pointwise"]))
-    compile_seconds(pointwise, MODES["stock"], pointwise.make_inputs(meta_rand))  # warm-up
+    seconds(next(iter(all_cases(["pointwise"]))), MODES["stock"])  # warm-up
     rows = []
     for case in cases:
         if case.train:
@@ -382,15 +358,15 @@ def compile_only(cases: list[Case], overlays, force: bool) -> list[dict]:
             continue
         rows.append(compare_compiles(
             {"id": case.id, "workload": case.workload, "label": case.label},
-            lambda mode, case=case: compile_seconds(case, mode, case.make_inputs(meta_rand))))
+            lambda mode, case=case: seconds(case, mode)))
     return rows
 
 
 # -- models: decode, prefill and a training step of whole decoder stacks ------------
 
 def model_errors(out: torch.Tensor, eager: torch.Tensor, ref: torch.Tensor) -> dict:
-    """Relative (Frobenius) error against the fp64 reference and against eager, and the
-    largest absolute difference from eager."""
+    """Relative error against the fp64 reference and against eager, and the largest
+    absolute difference from eager."""
     return {"error": relative_error((out,), (ref,)), "err_eager": relative_error((out,), (eager,)),
             "maxabs_eager": (out.double() - eager.double()).abs().max().item()}
 
@@ -410,205 +386,145 @@ def model_inputs(cfg, sizes, device: str) -> dict[str, tuple]:
     return rows
 
 
+def model_row(record: dict, name: str, eager: torch.Tensor, ref: torch.Tensor) -> dict:
+    error = relative_error((eager,), (ref,))
+    record["rows"][name] = r = {"row": name, "kind": name.split()[0], "modes": {},
+                                "eager_error": error,
+                                "tolerance": tolerance(error, "torch.bfloat16")}
+    return r
+
+
+def time_row(call: Callable, check: Callable, tol: float, *, timer, deadline: float,
+             device: str) -> dict:
+    """Compile (the first call), check, time; a wrong result is never timed."""
+    if time.perf_counter() > deadline:
+        return {"status": "skipped", "reason": "time budget spent"}
+    cuda = device == "cuda"  # the CPU runs the models' loop in the tests
+    try:
+        synchronize(device)
+        if cuda:  # the peak of this row alone: what earlier rows left is freed first
+            gc.collect()
+            torch.cuda.reset_peak_memory_stats()
+        resident = torch.cuda.memory_allocated() if cuda else 0
+        start = time.perf_counter()
+        out = call()
+        synchronize(device)
+        result = {"status": "ok", "compile_s": time.perf_counter() - start, **check(out)}
+        del out
+        if is_wrong(result["error"], tol):
+            result["status"] = "WRONG"
+        else:
+            result["ms"] = timer(call)
+        if cuda:
+            result["peak_GB"] = (torch.cuda.max_memory_allocated() - resident) / 1e9
+        return result
+    except Exception as e:  # one row's failure must not end the run
+        return {"status": "failed", "message": one_line(e)}
+
+
+def train_step(model, loss_fn: Callable, tokens, targets, fused: bool) -> Callable:
+    """One training step: forward, backward, AdamW (fused on CUDA)."""
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=fused)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(model, tokens, targets)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+    return step
+
+
 def measure_model(cfg, sizes, *, overlays, force, ceilings, timer=median_ms,
                   deadline=math.inf, on_row=lambda *a: None, device="cuda",
                   compile=torch.compile) -> dict:
-    """Every row of one model, stock against overlay, each side from the same weights.
-
-    Per side (overlays off, then on), in one fresh Inductor cache, each group after a
-    Dynamo reset: the default compile (decode, prefill), freezing (the same), CUDA
-    graphs (decode), then one training step (forward, backward, fused AdamW) and the
-    decode again with the weights the optimizer just wrote (live weights).
-    """
+    """Every row of one model, stock against overlay, each side from the same weights
+    and in its own fresh Inductor cache: the default compile (decode, prefill), freezing
+    (the same), then one training step."""
     import copy
 
-    from torch._dynamo.utils import counters
+    from torch._inductor.utils import fresh_cache
 
     import bench_models as bm
 
-    cuda = device == "cuda"  # the CPU runs this loop in the tests, with a test compile
     base = bm.build(cfg, device)
     saved = [b.clone() for b in bm.caches(base)]
     inputs = model_inputs(cfg, sizes, device)
-    train_tokens, train_targets = inputs.pop("train")
-    train_row = f"train {sizes.train_batch}x{sizes.train_tokens}"
+    train = inputs.pop("train")
+    train_name = f"train {sizes.train_batch}x{sizes.train_tokens}"
     weight_bytes = bm.decode_weight_bytes(base)
     record = {"model": cfg.name, "arch": cfg.arch, "source": cfg.source,
               "config": dataclasses.asdict(cfg), "sizes": dataclasses.asdict(sizes),
               "param_bytes": bm.param_bytes(base), "decode_weight_bytes": weight_bytes,
               "rows": {}}
-
-    def row(name, kind):
-        r = record["rows"].setdefault(name, {"row": name, "kind": kind, "modes": {}})
-        if kind in ("decode", "live"):
-            r["floor_ms"] = weight_bytes / ceilings["copy_GBps"] / 1e6
-        return r
-
     # the references, at the canonical state: base weights, random caches
-    eager, ref = {}, {}
-    ref_model = copy.deepcopy(base).double()
+    refs, ref_model = {}, copy.deepcopy(base).double()
     with torch.no_grad():
         for name, (tok, pos) in inputs.items():
-            bm.load_caches(base, saved)
-            eager[name] = base(tok, pos)
-            bm.load_caches(ref_model, saved)
-            ref[name] = ref_model(tok, pos)
-            r = row(name, "decode" if name.startswith("decode") else "prefill")
-            r["eager_error"] = relative_error((eager[name],), (ref[name],))
-            r["tolerance"] = tolerance(r["eager_error"], "torch.bfloat16")
+            refs[name] = []
+            for m in (base, ref_model):
+                bm.load_caches(m, saved)
+                refs[name].append(m(tok, pos))
+            r = model_row(record, name, *refs[name])
+            if name.startswith("decode"):
+                r["floor_ms"] = weight_bytes / ceilings["copy_GBps"] / 1e6
             ms = timer(lambda: base(tok, pos))
             r["modes"]["eager"] = {"status": "ok", "ms": ms, "error": r["eager_error"]}
             on_row(record, name, "eager")
-            if name.startswith("decode"):
-                g = row(f"{name} graphs", "decode")
-                g.update(eager_error=r["eager_error"], tolerance=r["tolerance"])
-        eager["loss"] = bm.loss_fn(base, train_tokens, train_targets)
-        ref["loss"] = bm.loss_fn(ref_model, train_tokens, train_targets)
+        refs[train_name] = [bm.loss_fn(m, *train) for m in (base, ref_model)]
+    model_row(record, train_name, *refs[train_name])
     del ref_model
-    t = row(train_row, "train")
-    t["eager_error"] = relative_error((eager["loss"],), (ref["loss"],))
-    t["tolerance"] = tolerance(t["eager_error"], "torch.bfloat16")
-    outputs: dict[tuple[str, str], torch.Tensor] = {}  # for overlay against stock
 
-    def run_row(name, mode_name, call, check_ref):
-        """Compile (the first call), check, time; a wrong result is never timed."""
+    def run_row(name, mode_name, call):
         r = record["rows"][name]
-        if time.perf_counter() > deadline:
-            r["modes"][mode_name] = {"status": "skipped", "reason": "time budget spent"}
-            return on_row(record, name, mode_name)
-        try:
-            synchronize(device)
-            if cuda:  # the peak of this row alone: what earlier rows left is freed first
-                gc.collect()
-                torch.cuda.reset_peak_memory_stats()
-            resident = torch.cuda.memory_allocated() if cuda else 0
-            skips = counters["inductor"]["cudagraph_skips"]
-            start = time.perf_counter()
-            out = call()
-            synchronize(device)
-            result = {"status": "ok", "compile_s": time.perf_counter() - start}
-            if counters["inductor"]["cudagraph_skips"] > skips:
-                result["message"] = "Inductor skipped CUDA graphs for this graph"
-            result.update(check_ref(out))
-            outputs[name, mode_name] = out.detach().float().cpu()
-            del out
-            if is_wrong(result["error"], r["tolerance"]):
-                result["status"] = "WRONG"
-            else:
-                result["ms"] = timer(call)
-            if cuda:
-                result["peak_GB"] = (torch.cuda.max_memory_allocated() - resident) / 1e9
-        except Exception as e:  # one row's failure must not end the run
-            result = {"status": "failed", "message": one_line(e)}
-        stock_name = mode_name.replace("overlay", "stock")
-        # live rows: each side's weights took as many optimizer steps as its timing ran
-        if (stock_name != mode_name and (name, stock_name) in outputs and name_ok(result)
-                and not name.startswith("live")):
-            diff = outputs[name, mode_name] - outputs[name, stock_name]
-            result["maxabs_stock"] = diff.abs().max().item()
-        r["modes"][mode_name] = result
+        r["modes"][mode_name] = time_row(
+            call, lambda out: model_errors(out, *refs[name]), r["tolerance"], timer=timer,
+            deadline=deadline, device=device)
         on_row(record, name, mode_name)
 
-    def inference(model, compiled, name, graphs=False):
-        tok, pos = inputs[name]
-
-        def call():
-            if graphs and cuda:
-                torch.compiler.cudagraph_mark_step_begin()
-            with torch.no_grad():
-                return compiled(tok, pos)
-
-        def check(out):
-            return model_errors(out, eager[name], ref[name])
+    def inference(model, compiled, name):
         bm.load_caches(model, saved)
-        return call, check
+        tok, pos = inputs[name]
+        return lambda: compiled(tok, pos)
 
-    def train_and_live(model, side):
-        """One training step, then decode with the weights the optimizer just wrote."""
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=cuda)
-        compiled_loss = compile(bm.loss_fn, dynamic=False)
-
-        def train_step():
-            opt.zero_grad(set_to_none=True)
-            loss = compiled_loss(model, train_tokens, train_targets)
-            loss.backward()
-            opt.step()
-            return loss.detach()
-
-        def check_loss(loss):
-            return model_errors(loss, eager["loss"], ref["loss"])
-        run_row(train_row, side, train_step, check_loss)
-        # live weights: the default compile, after optimizer steps changed the weights
-        opt.zero_grad(set_to_none=True)
-        compiled = compile(model, dynamic=False)
-        live_ref = copy.deepcopy(model).double()
-        for name in (n for n in inputs if n.startswith("decode")):
-            tok, pos = inputs[name]
-            with torch.no_grad():
-                bm.load_caches(model, saved)
-                live_eager = model(tok, pos)
-                bm.load_caches(live_ref, saved)
-                live_fp64 = live_ref(tok, pos)
-            r = row(f"live {name}", "live")
-            r["eager_error"] = relative_error((live_eager,), (live_fp64,))
-            r["tolerance"] = tolerance(r["eager_error"], "torch.bfloat16")
-            call, _ = inference(model, compiled, name)
-            run_row(f"live {name}", side, call,
-                    lambda out, e=live_eager, f=live_fp64: model_errors(out, e, f))
-
-    from torch._inductor.utils import fresh_cache
-
-    for overlay in (False, True):
-        side = "overlay" if overlay else "stock"
+    for side in ("stock", "overlay"):
         model = copy.deepcopy(base)
         # one fresh Inductor and Triton cache per side: its first group compiles cold, the
         # later ones reuse the kernels they share with it (both sides alike)
         with fresh_cache():
+            for mode_name in (side, f"{side}_freezing"):
+                # freezing folds the weights: before any optimizer step, a compile a row
+                with torch.no_grad(), mode_context(MODES[mode_name], overlays, force,
+                                                   fresh=False):
+                    compiled = compile(model, dynamic=False)
+                    for name in inputs:
+                        if MODES[mode_name].freezing:
+                            compiled = compile(model, dynamic=False)
+                        run_row(name, mode_name, inference(model, compiled, name))
             with mode_context(MODES[side], overlays, force, fresh=False):
-                compiled = compile(model, dynamic=False)
-                for name in inputs:
-                    call, check = inference(model, compiled, name)
-                    run_row(name, side, call, check)
-            # freezing folds the weights: inference rows only, before any optimizer step
-            with mode_context(MODES[f"{side}_freezing"], overlays, force, fresh=False):
-                for name in inputs:
-                    call, check = inference(model, compile(model, dynamic=False), name)
-                    run_row(name, f"{side}_freezing", call, check)
-            with mode_context(MODES[side], overlays, force, fresh=False):
-                compiled = compile(model, mode="reduce-overhead", dynamic=False)
-                for name in (n for n in inputs if n.startswith("decode")):
-                    call, check = inference(model, compiled, name, graphs=True)
-                    run_row(f"{name} graphs", side, call, check)
-            with mode_context(MODES[side], overlays, force, fresh=False):
-                train_and_live(model, side)
+                loss_fn = compile(bm.loss_fn, dynamic=False)
+                run_row(train_name, side, train_step(model, loss_fn, *train, device == "cuda"))
         model = None
         gc.collect()
-        if cuda:
+        if device == "cuda":
             torch.cuda.empty_cache()
     return record
 
 
-def name_ok(result: dict) -> bool:
-    return result.get("status") in ("ok", "WRONG")
-
-
-def model_line(record: dict, name: str, mode_name: str, ceilings: dict) -> str:
+def model_line(record: dict, name: str, mode_name: str) -> str:
     r = record["rows"][name]
     res = r["modes"][mode_name]
     text = f"    {name:<22} {MODES[mode_name].short:>11}  "
     if res["status"] not in ("ok", "WRONG"):
-        return text + ": ".join([res["status"]] + [res[k] for k in ("message", "reason")
-                                                    if k in res])
-    if "ms" in res:
-        text += f"{res['ms']:9.4f} ms"
-    else:
-        text += f"WRONG: error {res['error']:.1e} > tolerance {r['tolerance']:.1e}"
+        return text + ": ".join([res["status"], res.get("message") or res.get("reason", "")])
+    text += (f"{res['ms']:9.4f} ms" if "ms" in res
+             else f"WRONG: error {res['error']:.1e} > tolerance {r['tolerance']:.1e}")
     if r.get("floor_ms") and res.get("ms"):
         text += f"  {100 * r['floor_ms'] / res['ms']:3.0f}% of weight floor"
     text += f"  err {res['error']:.1e}"
     if "err_eager" in res:
         text += f" (vs eager {res['err_eager']:.1e}, max abs {res['maxabs_eager']:.2g})"
-    if res.get("compile_s") is not None and mode_name != "eager":
+    if res.get("compile_s") is not None:
         text += f"  compile {res['compile_s']:.1f} s"
     if res.get("peak_GB") is not None:
         text += f"  peak +{res['peak_GB']:.2f} GB"
@@ -616,109 +532,83 @@ def model_line(record: dict, name: str, mode_name: str, ceilings: dict) -> str:
 
 
 def run_models(configs, sizes, doc: dict, out_dir: pathlib.Path, args, overlays) -> None:
-    json_path = out_dir / "models.json"
     start = time.perf_counter()
     deadline = start + args.budget_s if args.budget_s else math.inf
+
     def on_row(record, name, mode_name):
-        log(model_line(record, name, mode_name, doc["ceilings"]))
+        log(model_line(record, name, mode_name))
         if not any(r is record for r in doc["models"]):
             doc["models"].append(record)
-        write_json(doc, json_path)  # after each row: a killed run keeps what it measured
+        write_json(doc, out_dir / "models.json")  # a killed run keeps what it measured
 
     for cfg in configs:
-        log(f"[{time.perf_counter() - start:4.0f} s] {cfg.name} ({cfg.source}): "
-            f"{derive_model_params(cfg)}")
+        log(f"[{time.perf_counter() - start:4.0f} s] {cfg.name} ({cfg.source})")
         try:
-            record = measure_model(
-                cfg, sizes, overlays=overlays, force=args.force, ceilings=doc["ceilings"],
-                deadline=deadline, on_row=on_row)
+            record = measure_model(cfg, sizes, overlays=overlays, force=args.force,
+                                   ceilings=doc["ceilings"], deadline=deadline, on_row=on_row)
         except Exception as e:  # the model's build or references failed
             log(f"    failed: {one_line(e)}")
             record = {"model": cfg.name, "source": cfg.source, "message": one_line(e),
                       "rows": {}}
         if not any(r is record for r in doc["models"]):
             doc["models"].append(record)
-        write_json(doc, json_path)
         gc.collect()
         torch.cuda.empty_cache()
-    log(f"models: {time.perf_counter() - start:.0f} s")
-
-
-def derive_model_params(cfg) -> str:
-    import bench_models as bm
-
-    n = bm.count_params(cfg)
-    return f"{n / 1e9:.3g} B parameters, {4 * n / 1e9:.2f} GB in fp32"
-
-
-def transformers_line() -> str:
-    try:
-        import transformers
-    except ImportError:
-        return ("transformers is not installed: the models are the plain-PyTorch "
-                "definitions of tools/bench_models.py (they need none)")
-    return (f"transformers {transformers.__version__} is installed, not used: the models are "
-            "the plain-PyTorch definitions of tools/bench_models.py")
 
 
 def compile_only_models(configs, sizes, overlays, force, select: str | None = None) -> list[dict]:
-    """Each model's inference rows compiled for the H200 through the GPU-free harness,
-    stock against overlay (and with freezing), and its training step traced forward and
-    backward on the CPU (the faked GPU refuses autograd), so a broken model fails CI."""
-    from torch_overlay.testing import get_code
-    from torch_overlay.testing.golden import normalize
-
+    """Each model's inference rows compiled for the H200 (stock against overlay, and with
+    freezing), and its training step traced forward and backward on the CPU (the faked
+    GPU refuses autograd), so a broken model fails CI."""
     import bench_models as bm
+
+    def step(m, t):
+        with torch.no_grad():
+            return torch.compile(m, dynamic=False)(t)
+
+    def seconds(mode, model, tok):
+        # The faked GPU runs no op, but AOTAutograd's copy back into a mutated buffer and
+        # the joint-graph folding of uniform constants (the causal mask) would: so the
+        # causal forward without the KV cache (test/test_bench_models.py checks the cache
+        # on the CPU), that folding off on both sides.
+        with torch._inductor.config.patch(joint_graph_constant_folding=False):
+            return compiled_code(step, model, tok, mode=mode, overlays=overlays, force=force)
 
     rows = []
     for cfg in configs:
         model = bm.build(cfg, "cpu").requires_grad_(False)
         inputs = model_inputs(cfg, sizes, "cpu")
         train = inputs.pop("train")
-
-        def compile_seconds(mode, tok):
-            # The faked GPU runs no op for real, but two compile steps do: AOTAutograd's
-            # copy back into a mutated buffer, and the joint-graph folding of uniform
-            # constants (the causal mask). So: the causal forward without the KV cache
-            # (the cache path is checked on the CPU by test/test_bench_models.py), and
-            # that folding off (on both sides).
-            def step(m, t):
-                with torch.no_grad():
-                    return torch.compile(m, dynamic=False)(t)
-            with mode_context(mode, overlays, force), \
-                    torch._inductor.config.patch(joint_graph_constant_folding=False):
-                start = time.perf_counter()
-                code = get_code(step, model, tok, force_fake=True)
-                return time.perf_counter() - start, normalize(code)
-
         for name, (tok, _) in inputs.items():
-            name += " (no KV cache)"
-            for label, stock, overlay in ((name, "stock", "overlay"),
-                                          (f"{name} freezing", "stock_freezing",
-                                           "overlay_freezing")):
+            for suffix, side in (("", ""), (" freezing", "_freezing")):
+                label = f"{name} (no KV cache){suffix}"
                 row = {"id": f"{cfg.name}/{label}", "workload": cfg.name, "label": label}
                 if not select or re.search(select, row["id"]):
                     rows.append(compare_compiles(
-                        row, lambda mode, tok=tok: compile_seconds(mode, tok), stock, overlay))
+                        row, lambda mode, tok=tok: seconds(mode, model, tok),
+                        "stock" + side, "overlay" + side))
         row = {"id": f"{cfg.name}/train (CPU trace)", "workload": cfg.name,
                "label": "train step traced fwd+bwd on CPU (aot_eager, fullgraph)"}
-        if select and not re.search(select, row["id"]):
-            continue
-        try:
-            model.requires_grad_(True)
-            torch._dynamo.reset()
-            start = time.perf_counter()
-            loss = torch.compile(bm.loss_fn, backend="aot_eager", fullgraph=True)(model, *train)
-            loss.backward()
-            row["stock_s"] = time.perf_counter() - start
-            log(f"{row['id']}: loss {loss.item():.3f}, traced in {row['stock_s']:.2f} s")
-        except Exception as e:
-            row["message"] = one_line(e)
-            log(f"{row['id']}: failed: {row['message']}")
-        finally:
-            torch._dynamo.reset()
-        rows.append(row)
+        if not select or re.search(select, row["id"]):
+            rows.append(trace_train(row, model, bm.loss_fn, train))
     return rows
+
+
+def trace_train(row: dict, model, loss_fn, train) -> dict:
+    try:
+        model.requires_grad_(True)
+        torch._dynamo.reset()
+        start = time.perf_counter()
+        loss = torch.compile(loss_fn, backend="aot_eager", fullgraph=True)(model, *train)
+        loss.backward()
+        row["stock_s"] = time.perf_counter() - start
+        log(f"{row['id']}: loss {loss.item():.3f}, traced in {row['stock_s']:.2f} s")
+    except Exception as e:
+        row["message"] = one_line(e)
+        log(f"{row['id']}: failed: {row['message']}")
+    finally:
+        torch._dynamo.reset()
+    return row
 
 
 # -- command line -------------------------------------------------------------------
@@ -747,54 +637,60 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                                 epilog=__doc__.split("\n\n", 1)[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=pathlib.Path, default=pathlib.Path("bench_out"),
-                   help="directory for bench.json and bench.md (default: bench_out)")
+                   help="directory for the JSON and its tables (default: bench_out)")
     p.add_argument("--workloads", type=names(list(WORKLOADS)), help="default: all")
     p.add_argument("--shapes", metavar="REGEX",
-                   help="keep the cases whose label matches (models --compile-only: the "
-                        "rows whose model/row id matches)")
+                   help="the cases whose label matches (models --compile-only: model/row id)")
     p.add_argument("--modes", type=names(list(MODES)),
                    help="default: all but the A/B modes of an overlay's parts")
     p.add_argument("--mnk", metavar="MxNxK,...",
                    type=lambda s: [tuple(int(d) for d in v.split("x")) for v in s.split(",") if v],
                    help="linear (and gelu_linear) cases of these shapes instead of the sets")
     p.add_argument("--graph", action="store_true",
-                   help="time a CUDA-graph replay of one call per input set (kernel time "
-                        "without the host's launches) instead of do_bench of the calls")
+                   help="time a CUDA-graph replay of one call per input set (no host)")
     p.add_argument("--max-autotune", choices=("required", "all"), default="required",
-                   help="cases that get the max-autotune modes (default: the required shape sets)")
+                   help="cases that get the max-autotune modes (default: the required sets)")
     p.add_argument("--budget-s", type=float,
                    help=f"skip max-autotune after this many seconds (default {DEFAULT_BUDGET_S}); "
-                        f"with models, the rows not started by then (default "
-                        f"{DEFAULT_MODELS_BUDGET_S}); 0: no limit")
+                        f"models: start no row after it (default {DEFAULT_MODELS_BUDGET_S}); "
+                        "0: no limit")
     p.add_argument("--overlays", type=lambda s: [n for n in s.split(",") if n],
                    help="overlays of the overlay modes (default: all registered)")
     p.add_argument("--force", action="store_true", help="enable overlays despite upstream drift")
     p.add_argument("--passes", type=int, default=2,
-                   help="measure the modes of a case this many times, in alternating order, "
-                        "and keep each one's lowest median (max-autotune modes: once)")
+                   help="measure each mode this many times, in alternating order, and keep "
+                        "the lowest median (max-autotune modes: once)")
     p.add_argument("--quick", action="store_true",
                    help=f"smoke run: {', '.join(QUICK_CASES)}; modes {', '.join(QUICK_MODES)}")
     p.add_argument("--list", action="store_true", help="print the selected cases and exit")
     p.add_argument("--compile-only", action="store_true",
                    help="compile time, stock against overlay, through the GPU-free harness")
     p.add_argument("--model-set", choices=("full", "tiny"), default="full",
-                   help="with models: the published configs, or toy sizes of the same "
-                        "structure (a smoke run, the compile-only test)")
+                   help="models: the published configs, or toy sizes of the same structure")
     return p.parse_args(argv)
 
 
-def check_overlays(args) -> int:
+def prepare(args, argv: list[str], what: str) -> list[str] | None | int:
+    """The overlays of the overlay modes, or the exit status when the run cannot start."""
+    if not args.compile_only and not gpu_available():
+        print(f"bench.py: no CUDA GPU here; {what} needs one (--compile-only, --list and "
+              "report run without)", file=sys.stderr)
+        return 1
     known = torch_overlay.load_overlays()
     unknown = [n for n in args.overlays or [] if n not in known]
     if unknown:
         print(f"bench.py: unknown overlay {', '.join(unknown)}; registered: "
               f"{', '.join(known) or 'none'}", file=sys.stderr)
         return 2
-    return 0
+    args.out.mkdir(parents=True, exist_ok=True)
+    return probe_overlays(args.overlays, args.force)
 
 
-def measured_document(argv: list[str], overlays, settings: dict) -> dict:
-    """A run's document with this GPU's ceilings, the compile workers started."""
+def new_run(argv: list[str], overlays, settings: dict, compile_only: bool) -> dict:
+    """A run's document; on the GPU, with its ceilings and the compile workers started."""
+    settings["do_bench_ms"] = {"warmup": WARMUP_MS, "rep": REP_MS}
+    if compile_only:
+        return new_document(environment(argv, overlays), None, settings)
     log(f"{torch.cuda.get_device_name()}: measuring the ceilings")
     doc = new_document(environment(argv, overlays), measure_ceilings(), settings)
     c = doc["ceilings"]
@@ -804,11 +700,13 @@ def measured_document(argv: list[str], overlays, settings: dict) -> dict:
     return doc
 
 
-def write_compile_only(doc: dict, path: pathlib.Path, rows: list[dict]) -> int:
-    doc["compile_only"] = rows
-    write_json(doc, path)
-    log(text_table(*compile_only_table(rows)))
-    log(f"results: {path}")
+def finish(doc: dict, json_path: pathlib.Path) -> int:
+    write_json(doc, json_path)
+    if doc["ceilings"]:  # a measured run: its tables beside it
+        text = render_run(doc)
+        log(text)
+        json_path.with_suffix(".md").write_text(text)
+    log(f"results: {json_path}")
     return 0
 
 
@@ -818,48 +716,33 @@ def main_models(args, argv: list[str]) -> int:
     configs, sizes = bm.MODEL_SETS[args.model_set]
     if args.list:
         for cfg in configs:
-            log(f"{cfg.name}: {cfg.source}; {derive_model_params(cfg)}")
+            log(f"{cfg.name}: {cfg.source}; {bm.count_params(cfg) / 1e9:.3g} B parameters")
         return 0
-    if not args.compile_only and not gpu_available():
-        print("bench.py: no CUDA GPU here; models needs one (models --compile-only "
-              "and --list run without)", file=sys.stderr)
-        return 1
-    if check_overlays(args):
-        return 2
-    overlays = probe_overlays(args.overlays, args.force)
-    log(transformers_line())
-    args.out.mkdir(parents=True, exist_ok=True)
+    overlays = prepare(args, argv, "models")
+    if isinstance(overlays, int):
+        return overlays
     settings = {"model_set": args.model_set, "sizes": dataclasses.asdict(sizes),
-                "budget_s": args.budget_s, "do_bench_ms": {"warmup": WARMUP_MS, "rep": REP_MS}}
+                "budget_s": args.budget_s}
+    doc = new_run(argv, overlays, settings, args.compile_only)
     if args.compile_only:
-        return write_compile_only(
-            new_document(environment(argv, overlays), None, settings), args.out / "models.json",
-            compile_only_models(configs, sizes, overlays, args.force, args.shapes))
+        doc["compile_only"] = compile_only_models(configs, sizes, overlays, args.force,
+                                                  args.shapes)
+        return finish(doc, args.out / "models.json")
     start = time.perf_counter()
-    doc = measured_document(argv, overlays, settings)
     doc["models"] = []
     try:
         run_models(configs, sizes, doc, args.out, args, overlays)
     finally:
         doc["wall_s"] = time.perf_counter() - start
-        write_json(doc, args.out / "models.json")
-        log(models_summary(doc))
-        (args.out / "models.md").write_text(render_run(doc))
-        log(f"results: {args.out / 'models.json'}, report: {args.out / 'models.md'}; "
-            f"{doc['wall_s']:.0f} s in all")
+        finish(doc, args.out / "models.json")
     return 0
 
 
 def report(paths: list[str]) -> int:
-    """BENCHMARKS.md from the results files (default: tools/bench_results/*.json); a run's
-    own JSON (--out DIR/bench.json, models.json, zoo.json) renders on its own."""
-    if not paths:
-        print(render_benchmarks(result_docs()), end="")
-        return 0
-    for path in paths:
-        doc = read_json(pathlib.Path(path))
-        runs = doc["runs"] if "runs" in doc else [doc]
-        print(render_benchmarks([(pathlib.Path(path).stem, runs)]), end="")
+    """BENCHMARKS.md from tools/bench_results/*.json, or a run's own JSON."""
+    files = [(pathlib.Path(p).stem, read_json(pathlib.Path(p))) for p in paths]
+    files = [(stem, doc.get("runs", [doc])) for stem, doc in files] or result_docs()
+    print(render_benchmarks(files), end="")
     return 0
 
 
@@ -873,10 +756,9 @@ def main(argv: list[str] | None = None) -> int:
     if command == "report":
         return report(argv)
     args = parse_args(argv)
-    args.models = command == "models"
     if args.budget_s is None:
-        args.budget_s = DEFAULT_MODELS_BUDGET_S if args.models else DEFAULT_BUDGET_S
-    if args.models:
+        args.budget_s = DEFAULT_MODELS_BUDGET_S if command == "models" else DEFAULT_BUDGET_S
+    if command == "models":
         return main_models(args, ["models", *argv])
     cases = select_cases(args)
     modes = args.modes or (list(QUICK_MODES) if args.quick
@@ -889,28 +771,21 @@ def main(argv: list[str] | None = None) -> int:
     if not cases:
         print("bench.py: no case matches the selection (see --list)", file=sys.stderr)
         return 2
-    if not args.compile_only and not gpu_available():
-        print("bench.py: no CUDA GPU here; only --compile-only, --list and report run "
-              "without one", file=sys.stderr)
-        return 1
-    if check_overlays(args):
-        return 2
-    overlays = probe_overlays(args.overlays, args.force)
-    args.out.mkdir(parents=True, exist_ok=True)
+    overlays = prepare(args, argv, "ops")
+    if isinstance(overlays, int):
+        return overlays
     settings = {"modes": modes, "max_autotune": args.max_autotune, "budget_s": args.budget_s,
-                "do_bench_ms": {"warmup": WARMUP_MS, "rep": REP_MS},
                 "timer": "CUDA-graph replay" if args.graph else "do_bench"}
+    doc = new_run(argv, overlays, settings, args.compile_only)
     if args.compile_only:
-        return write_compile_only(new_document(environment(argv, overlays), None, settings),
-                                  args.out / "bench.json",
-                                  compile_only(cases, overlays, args.force))
-    doc = measured_document(argv, overlays, settings)
+        doc["compile_only"] = compile_only(cases, overlays, args.force)
+        return finish(doc, args.out / "bench.json")
     plan = make_plan(cases, modes, args.max_autotune)
     log(f"plan: {len(plan)} steps over {len(cases)} cases; modes {', '.join(modes)}")
     try:
         run_benchmarks(plan, doc, args.out, args, overlays)
     finally:
-        finish(doc, args.out)
+        finish(doc, args.out / "bench.json")
     return 0
 
 

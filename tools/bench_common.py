@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import importlib
+import math
 import pathlib
 import platform
 import shlex
@@ -30,6 +31,17 @@ def median_ms(fn: Callable[[], object]) -> float:
     import triton.testing
 
     return triton.testing.do_bench(fn, warmup=WARMUP_MS, rep=REP_MS, return_mode="median")
+
+
+def relative_error(outputs, refs) -> float:
+    """The largest ||out - ref|| / ||ref|| over the outputs; NaN or inf gives inf."""
+    worst = 0.0
+    for out, ref in zip(outputs, refs, strict=True):
+        ref = ref.detach().double()
+        err = (torch.linalg.vector_norm(out.detach().double() - ref)
+               / torch.linalg.vector_norm(ref)).item()
+        worst = max(worst, err if math.isfinite(err) else math.inf)
+    return worst
 
 
 def gpu_available() -> bool:

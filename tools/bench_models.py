@@ -1,20 +1,11 @@
-"""The models of ``tools/bench.py models``: plain-PyTorch definitions, random weights.
+"""The models of ``tools/bench.py models``: plain-PyTorch decoder stacks (no transformers,
+no download) with the public configs' dimensions, a few layers deep, random weights:
+Llama-3-8B's layer (GQA, RMSNorm, rotary, untied lm_head) and GPT-2 large's block
+(LayerNorm, learned positions, tied lm_head).
 
-Two decoder stacks, their dimensions copied from public architecture configs, a few
-layers deep so that a run fits in minutes:
-
-- ``llama``: Llama-3-8B's layer (hidden 4096, SwiGLU 14336, 32 query heads, 8 KV heads
-  (GQA), RMSNorm, rotary with theta 500000, vocab 128256, untied lm_head);
-- ``gpt2``: GPT-2 large's block (hidden 1280, 20 heads, gelu(tanh) MLP 5120, LayerNorm,
-  learned positions, vocab 50257, lm_head tied to the token embedding).
-
-Parameters are fp32; ``forward`` runs under bf16 autocast on CUDA (fp64 is left alone
-by autocast, so ``model.double()`` is the fp64 reference). With ``input_pos`` the
-attention reads and writes a static KV cache (module buffers, as gpt-fast and
-transformers' StaticCache do, so CUDA graphs can replay it): prefill is ``input_pos =
-arange(T)``, a decode step is one token at ``input_pos = [T]``. Without ``input_pos``
-it is the causal forward of training. No weights are downloaded and transformers is
-not needed.
+fp32 parameters under bf16 autocast on CUDA (``model.double()`` is the fp64 reference).
+With ``input_pos`` the attention reads and writes a static KV cache in module buffers
+(prefill: ``arange(T)``; a decode step: ``[T]``), else it is training's causal forward.
 """
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""The numbers tools/bench.py derives from its measurements, and how it shows them.
-
-A results document (the JSON file) holds, per case, each mode's raw measurement:
-``status`` ("ok", "WRONG", "failed", "n/a", "skipped"), ``ms``, ``compile_s``,
-``error``. Everything else (rates, fractions of the ceilings, speedups, the floor)
-is derived here from those, so the terminal, the JSON and BENCHMARKS.md agree.
-"""
+"""What tools/bench.py derives from its raw measurements (each mode's ``status``, ``ms``,
+``compile_s``, ``error``), its results documents, and their tables (BENCHMARKS.md)."""
 from __future__ import annotations
 
 import json
@@ -107,185 +102,13 @@ def read_json(path: pathlib.Path) -> dict:
 
 # -- cells and tables -------------------------------------------------------------
 
-def cell(result: dict | None, key: str = "ms") -> str:
-    """A mode's ``key`` for a table; a result that is not ok never shows a speed."""
-    if not result:
-        return "-"
-    if result["status"] != "ok":
-        return {"n/a": "n/a", "skipped": "skipped"}.get(result["status"], result["status"])
-    return number(result.get(key), key)
-
-
-def number(value: float | None, key: str = "") -> str:
-    if value is None:
-        return "-"
-    if key == "ms":
-        return f"{value:.4f}"
-    if key.endswith("fraction"):
-        return f"{100 * value:.0f}%"
-    if key in ("TFLOPs", "GBps", "compile_s"):
-        return f"{value:.1f}"
-    if key in ("error", "tolerance"):
-        return f"{value:.1e}"
-    if key == "abs":
-        return f"{value:.2g}"
-    if key == "GB":
-        return f"{value:.2f}"
-    return f"{value:.2f}x"  # speedups
-
-
-def text_table(headers: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
-    lines = [headers, ["-" * w for w in widths], *rows]
-    return "\n".join("  ".join(str(c).rjust(w) if i else str(c).ljust(w)
-                               for i, (c, w) in enumerate(zip(line, widths))) for line in lines)
+def ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
 
 
 def markdown_table(headers: list[str], rows: list[list[str]]) -> str:
     lines = [headers, ["---"] * len(headers), *rows]
     return "\n".join("| " + " | ".join(str(c) for c in line) + " |" for line in lines)
-
-
-def modes_run(cases: list[dict]) -> list[str]:
-    present = {m for c in cases for m, r in c["modes"].items() if r["status"] != "n/a"}
-    return [m for m in MODES if m in present]
-
-
-SPEEDUP_PAIRS = [(m, s) for m in ("overlay", "overlay-max-autotune")
-                 for s in ("stock", "stock-max-autotune")] + [
-    ("stock_freezing", "stock"), ("overlay_freezing", "stock_freezing"),
-    ("overlay_freezing", "stock")]
-
-
-def summary_table(cases: list[dict]) -> tuple[list[str], list[list[str]]]:
-    """One row per case: each mode's ms, the overlay speedups, the best against the floor."""
-    modes = modes_run(cases)
-    pairs = [(m, s) for m, s in SPEEDUP_PAIRS if m in modes and s in modes]
-    headers = (["case"] + [MODES[m].short + " ms" for m in modes]
-               + [f"{MODES[m].short} / {MODES[s].short}" for m, s in pairs] + ["best / floor"])
-    rows = []
-    for c in cases:
-        best = max((r.get("floor_fraction") or 0 for r in c["modes"].values()), default=0)
-        rows.append([c["label"]] + [cell(c["modes"].get(m)) for m in modes]
-                    + [number(c["modes"].get(m, {}).get("speedup", {}).get(s)) for m, s in pairs]
-                    + [number(best or None, "floor_fraction")])
-    return headers, rows
-
-
-def by_workload(doc: dict) -> dict[str, list[dict]]:
-    groups: dict[str, list[dict]] = defaultdict(list)
-    for case in doc["results"]:
-        groups[case["workload"]].append(case)
-    return groups
-
-
-def terminal_summary(doc: dict) -> str:
-    parts = []
-    for workload, cases in by_workload(doc).items():
-        parts.append(f"\n== {workload}: {WORKLOADS[workload].title}")
-        parts.append(text_table(*summary_table(cases)))
-    if doc.get("compile_only"):
-        parts.append("\n== compile time through the GPU-free harness (s)")
-        parts.append(text_table(*compile_only_table(doc["compile_only"])))
-    return "\n".join(parts)
-
-
-def compile_only_table(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
-    headers = ["workload", "case", "stock s", "overlay s", "overlay s / stock s", "code differs"]
-    return headers, [[r["workload"], r["label"], number(r.get("stock_s"), "compile_s"),
-                      number(r.get("overlay_s"), "compile_s"),
-                      number(ratio(r.get("overlay_s"), r.get("stock_s"))),
-                      {True: "yes", False: "no"}.get(r.get("code_differs"), "-")]
-                     for r in rows]
-
-
-def ratio(a: float | None, b: float | None) -> float | None:
-    return a / b if a and b else None
-
-
-# -- the model workloads (tools/bench.py models) --------------------------------
-
-MODEL_PAIRS = [("stock", "overlay"), ("stock_freezing", "overlay_freezing")]
-
-
-def model_rows(doc: dict):
-    """(model record, row) in run order."""
-    for record in doc.get("models", []):
-        for r in record.get("rows", {}).values():
-            yield record, r
-
-
-def floor_cell(r: dict, result: dict | None) -> str:
-    if not r.get("floor_ms") or not is_ok(result):
-        return "-"
-    return number(r["floor_ms"] / result["ms"], "floor_fraction")
-
-
-def models_speed_table(doc: dict) -> tuple[list[str], list[list[str]]]:
-    headers = ["model", "row", "eager ms", "stock ms", "overlay ms", "overlay / stock",
-               "stock frz ms", "overlay frz ms", "ovl frz / stock frz", "overlay / stock frz",
-               "weight floor ms", "% floor stock", "% floor overlay", "% floor ovl frz"]
-    rows = []
-    for record, r in model_rows(doc):
-        m = r["modes"]
-        rows.append([record["model"], r["row"], cell(m.get("eager")), cell(m.get("stock")),
-                     cell(m.get("overlay")),
-                     number(speedup(m.get("stock"), m.get("overlay"))),
-                     cell(m.get("stock_freezing")), cell(m.get("overlay_freezing")),
-                     number(speedup(m.get("stock_freezing"), m.get("overlay_freezing"))),
-                     number(speedup(m.get("stock_freezing"), m.get("overlay"))),
-                     number(r.get("floor_ms"), "ms"), floor_cell(r, m.get("stock")),
-                     floor_cell(r, m.get("overlay")), floor_cell(r, m.get("overlay_freezing"))])
-    return headers, rows
-
-
-def models_check_table(doc: dict) -> tuple[list[str], list[list[str]]]:
-    """Compile time, errors and peak memory, one line per row and pair of sides."""
-    headers = ["model", "row", "sides", "compile s", "rel err vs fp64 (eager)",
-               "rel err vs eager", "max abs vs eager", "max abs ovl vs stock", "peak +GB"]
-    rows = []
-    for record, r in model_rows(doc):
-        for stock, overlay in MODEL_PAIRS:
-            a, b = r["modes"].get(stock), r["modes"].get(overlay)
-            if not a and not b:
-                continue
-            a, b = a or {}, b or {}
-
-            def both(key, kind):
-                return f"{number(a.get(key), kind)} / {number(b.get(key), kind)}"
-            eager = number(r.get("eager_error"), "error")
-            rows.append([record["model"], r["row"], f"{MODES[stock].short} / {MODES[overlay].short}",
-                         both("compile_s", "compile_s"),
-                         f"{both('error', 'error')} ({eager})",
-                         both("err_eager", "error"),
-                         f"{number(a.get('maxabs_eager'), 'abs')} / "
-                         f"{number(b.get('maxabs_eager'), 'abs')}",
-                         number(b.get("maxabs_stock"), "abs"),
-                         f"{number(a.get('peak_GB'), 'GB')} / {number(b.get('peak_GB'), 'GB')}"])
-            for res, name in ((a, stock), (b, overlay)):
-                if res.get("status") not in (None, "ok"):
-                    rows[-1][3] += f" [{MODES[name].short}: {res['status']}]"
-    return headers, rows
-
-
-def models_messages(doc: dict) -> list[str]:
-    out = [f"{rec['model']}: {rec['message']}" for rec in doc.get("models", [])
-           if rec.get("message")]
-    for record, r in model_rows(doc):
-        for name, res in r["modes"].items():
-            if res.get("message") or res.get("reason"):
-                out.append(f"{record['model']} {r['row']} {MODES[name].short}: "
-                           f"{res.get('message') or res.get('reason')}")
-    return out
-
-
-def models_summary(doc: dict) -> str:
-    parts = ["\n== models: speed (ms; ratios are how many times faster)",
-             text_table(*models_speed_table(doc)),
-             "\n== models: compile time, errors, peak memory (stock side / overlay side)",
-             text_table(*models_check_table(doc))]
-    parts += models_messages(doc)
-    return "\n".join(parts)
 
 
 # -- BENCHMARKS.md: the newest measurement of each row, per GPU and release -----------
@@ -442,7 +265,7 @@ def ops_table(family: str, rows: dict) -> str:
     headers = (["case"] + [MODES[m].short + " us" for m in modes]
                + [f"{MODES[a].short} / {MODES[b].short}" for a, b in pairs] + ["measured"])
     body = [[f"{c['workload']} {c['label']}"] + [us(c["modes"].get(m)) for m in modes]
-            + [number(speedup(c["modes"].get(b), c["modes"].get(a))) for a, b in pairs]
+            + [ratio(speedup(c["modes"].get(b), c["modes"].get(a))) for a, b in pairs]
             + [measured(doc)] for doc, c in cases]
     return markdown_table(headers, body)
 
@@ -511,7 +334,7 @@ def stacks_table(rows: dict) -> str:
     headers = (["model", "row"] + [MODES[m].short + " us" for m in modes]
                + [f"{MODES[a].short} / {MODES[b].short}" for a, b in pairs] + ["measured"])
     body = [[r["model"], r["row"]] + [us(r["modes"].get(m)) for m in modes]
-            + [number(speedup(r["modes"].get(b), r["modes"].get(a))) for a, b in pairs]
+            + [ratio(speedup(r["modes"].get(b), r["modes"].get(a))) for a, b in pairs]
             + [measured(doc)] for (doc, r) in rows.values()
             if any(m.endswith("_freezing") for m in r["modes"])]
     return markdown_table(headers, body)

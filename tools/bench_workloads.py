@@ -206,6 +206,7 @@ def bmm_cases() -> Iterator[Case]:
 
 
 def gelu_linear_cases(shapes=None) -> Iterator[Case]:
+    # bf16: every tensor bf16; autocast: fp32 tensors under bf16 autocast
     for variant, in_dtype in (("bf16", BF16), ("autocast", FP32)):
         for approximate in ("tanh", "none"):
             for M, N, K in shapes or GELU_LINEAR_SHAPES:
@@ -269,40 +270,9 @@ def mlp_inputs(rand: Rand, T: int, H: int, Fd: int, train: bool) -> tuple[torch.
     return (*(t.requires_grad_() for t in inputs), rand((T, H), FP32))
 
 
-@dataclasses.dataclass(frozen=True)
-class Workload:
-    title: str
-    notes: str  # what the shapes and variants are, for the report
-    cases: Callable[[], Iterator[Case]]
-
-
-WORKLOADS: dict[str, Workload] = {
-    "linear": Workload(
-        "F.linear under bf16 autocast, fp32 x and w",
-        "x is [M, K], w is [N, K], no bias; (M, N, K) is the tensorcore_mm set (M from 1 to "
-        "4096 at 4096x4096, the 11008 projection, 8192 cubed) and Llama-2-7B's fused qkv and "
-        "down projections at decode (M=16) and prefill (M=2048).",
-        linear_cases),
-    "bmm": Workload(
-        "torch.bmm under bf16 autocast, fp32 x and w",
-        "x is [B, M, K], w is [B, N, K] (a weight per batch entry, as experts), transposed "
-        "in the call.",
-        bmm_cases),
-    "gelu_linear": Workload(
-        "gelu(F.linear(x, w, b)) + r, bf16 and under bf16 autocast",
-        "*bf16*: every tensor bf16; *autocast*: fp32 tensors under bf16 autocast (the output "
-        "is fp32). GELU tanh and exact (*none*); *addmm_act* computes the tanh one only.",
-        gelu_linear_cases),
-    "pointwise": Workload(
-        "gelu(x) + r, pointwise",
-        "1M and 64M elements, fp32 and bf16, GELU tanh and exact (*none*).",
-        pointwise_cases),
-    "mlp": Workload(
-        "x + fc2(gelu(fc1(x))) under bf16 autocast, forward and forward + backward",
-        "tokens x hidden x ffn, fp32 parameters; *fwd* runs under no_grad, *fwd+bwd* is the "
-        "forward and torch.autograd.grad of x and every parameter.",
-        mlp_cases),
-}
+WORKLOADS: dict[str, Callable[..., Iterator[Case]]] = {
+    "linear": linear_cases, "bmm": bmm_cases, "gelu_linear": gelu_linear_cases,
+    "pointwise": pointwise_cases, "mlp": mlp_cases}
 
 
 # the workloads whose cases take other (M, N, K) shapes (bench.py --mnk)
@@ -313,5 +283,5 @@ def all_cases(workloads: list[str] | None = None,
               shapes: list[tuple[int, int, int]] | None = None) -> list[Case]:
     if shapes:
         return [c for name in (workloads or ["linear"]) if name in SHAPED
-                for c in WORKLOADS[name].cases(shapes)]
-    return [c for name in (workloads or WORKLOADS) for c in WORKLOADS[name].cases()]
+                for c in WORKLOADS[name](shapes)]
+    return [c for name in (workloads or WORKLOADS) for c in WORKLOADS[name]()]

@@ -3,28 +3,11 @@
     python tools/bench.py zoo --out DIR [--models a,b] [--rows decode1,batch8] [--budget-s N]
     python tools/bench.py zoo --compile-only     tiny configs, GPU-free code generation
 
-Models from ``transformers`` config classes, random weights (nothing is downloaded), the
-public configs' dimensions and vocabularies, 2 layers. fp32 parameters under bf16 autocast,
-``torch.compile`` default mode, ``fullgraph=True``. One process, every overlay enabled:
-*stock* has their config flags patched off, *overlay* on. Per row, after a
-``torch._dynamo.reset()``, each side compiles its own new code object (neither reuses the
-other's Dynamo cache entry) in a fresh Inductor/Triton cache (cold compile); then both are
-timed twice, stock-overlay and overlay-stock, and averaged. ``--compiles N`` compiles each
-side N times, the sides alternating, and keeps its fastest compile and its fastest compile
-time: the configs Inductor's runtime autotuning picks for the same kernels differ from one
-compile to the next (stock BERT-large batch8 on an H100: 304-326 us over three compiles), and
-a compile's seconds vary with the host. Time is GPU kernel time:
-torch.profiler's CUDA events per call, summed over ``ITERS`` calls after ``WARMUP``.
-Rows: ``decode1`` one token at batch 1, a step without KV cache (T5's attends to 128 random
-encoder states through cross-attention keys and values in the cache, as generate's steps
-after the first do: projecting the encoder states is once a sequence, a batch8 row's work);
-``decode_dyn`` the same, batch dim ``mark_dynamic``, compiled at batch 4 and timed at 1, 4,
-16 (batch 1 recompiles: Dynamo specializes sizes 0 and 1); ``batch8`` 8x128 tokens or 8
-images; ``train`` forward + backward, loss the mean square of the output (a random model's
-mean output is near 0: its relative error would say nothing), its errors those of every
-parameter's gradient as one vector. Dropout is off (eval mode). ``--mode reduce-overhead``
-or ``max-autotune`` compiles both sides in that mode (CUDA graphs) and times the decode rows
-as wall time per call, graph replays back to back: what a launch-bound decode step costs.
+Models from ``transformers`` config classes with the public configs' dimensions, 2 layers,
+random weights, fp32 parameters under bf16 autocast, ``fullgraph=True``. One process,
+every overlay enabled: *stock* has their flags patched off. Each side compiles its own
+code object cold, ``--compiles`` times, the sides alternating; both are timed in both
+orders. BENCHMARKS.md ("How it is measured", the families' notes) says what each row is.
 """
 from __future__ import annotations
 
@@ -38,14 +21,15 @@ import pathlib
 import sys
 import time
 import zlib
+from typing import Callable
 from unittest import mock
 
 import torch
 
 import torch_overlay
-from bench_common import (environment, gpu_available, log, median_ms, one_line,
-                          probe_overlays, warm_up_compiler)
-from bench_report import markdown_table, text_table, write_json
+from bench_common import (environment, gpu_available, log, one_line, probe_overlays,
+                          relative_error, warm_up_compiler)
+from bench_report import render_run, write_json
 
 ROWS = ("decode1", "decode_dyn", "batch8", "train")
 MODES = ("default", "reduce-overhead", "max-autotune")
@@ -266,27 +250,10 @@ def wall_us(call, iters: int = ITERS, warmup: int = WARMUP) -> float:
     return 1e6 * (time.perf_counter() - start) / iters
 
 
-def pick_timer() -> tuple:
-    """kernel_us, unless this machine's profiler records no kernel: then do_bench."""
-    x = torch.randn(1024, 1024, device="cuda")
-    try:
-        kernel_us(lambda: x @ x, iters=2, warmup=1)
-        return kernel_us, PROFILER_TIMER
-    except Exception as e:
-        log(f"torch.profiler unusable ({one_line(e)}): timing with do_bench instead")
-        return (lambda call: 1e3 * median_ms(call)), "do_bench median (NOT kernel time)"
-
-
 def max_rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
     """max |out - ref| / max |ref| (an elementwise relative error means nothing near 0)."""
     out, ref = out.detach().double(), ref.detach().double()
     return ((out - ref).abs().max() / ref.abs().max()).item()
-
-
-def rms_rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
-    """||out - ref|| / ||ref||: every element's rounding, where the maximum is one element's."""
-    out, ref = out.detach().double(), ref.detach().double()
-    return (torch.linalg.vector_norm(out - ref) / torch.linalg.vector_norm(ref)).item()
 
 
 def counters_fired(before: dict) -> dict:
@@ -325,6 +292,24 @@ def same_code(a: list[str], b: list[str]) -> bool | None:
     def strip(codes):
         return [[ln for ln in c.splitlines() if not ln.lstrip().startswith("#")] for c in codes]
     return strip(a) == strip(b) if a and b else None
+
+
+def time_sides(entries: dict, runner: Callable, timer: Callable, compiles: int) -> None:
+    """Both sides timed twice, in both orders; each side keeps its fastest compile's."""
+    keys = list(itertools.product(("stock", "overlay"), range(compiles), entries))
+    times = {key: [] for key in keys}
+    for order in (("stock", "overlay"), ("overlay", "stock")):
+        for side, c, b in sorted(keys, key=lambda k: order.index(k[0])):
+            with side_config(side):
+                times[side, c, b].append(timer(runner(side, c, b)))
+    for b, e in entries.items():
+        for side, res in e["sides"].items():
+            means = [sum(times[side, c, b]) / len(times[side, c, b]) for c in range(compiles)]
+            best = min(range(compiles), key=means.__getitem__)
+            res["us"], res["mean_us"] = times[side, best, b], means[best]
+            if compiles > 1:
+                res["compiles_mean_us"] = means
+        e["ratio"] = e["sides"]["stock"]["mean_us"] / e["sides"]["overlay"]["mean_us"]
 
 
 def measure_row(spec: Spec, model, row: str, device: str = "cuda", timer=kernel_us,
@@ -366,10 +351,10 @@ def measure_row(spec: Spec, model, row: str, device: str = "cuda", timer=kernel_
         return torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
 
     def errs(fn, b) -> dict:
-        outs, res = [result(fn, b, s) for s in range(ERR_INPUTS)], {}
-        for key, err in (("err", max_rel_err), ("rms_err", rms_rel_err)):
-            res[key + "s"] = [err(o, r) for o, r in zip(outs, refs[b])]
-            res[key] = sum(res[key + "s"]) / ERR_INPUTS
+        pairs = [(result(fn, b, s), r) for s, r in enumerate(refs[b])]
+        res = {"errs": [max_rel_err(o, r) for o, r in pairs],
+               "rms_errs": [relative_error((o,), (r,)) for o, r in pairs]}
+        res["err"], res["rms_err"] = (sum(res[k]) / ERR_INPUTS for k in ("errs", "rms_errs"))
         return res
 
     entries, refs = {}, {}
@@ -410,28 +395,15 @@ def measure_row(spec: Spec, model, row: str, device: str = "cuda", timer=kernel_
                             res[kind] = min(res[kind + "_all"])
                 if c == 0:
                     entries[batches[0]]["sides"][side]["counters"] = counters_fired(before)
+    def runner(side, c, b):
+        return lambda: call(compiled[side, c], b)
     if device == "cuda":  # the stock side's 16-bit copies of fp32 weights among it
-        for side in ("stock", "overlay"):
+        for side, (b, e) in itertools.product(("stock", "overlay"), entries.items()):
             with side_config(side):
-                for b in batches:
-                    entries[b]["sides"][side]["peak_mib"] = peak_mib(
-                        lambda: call(compiled[side, 0], b))
-    times = {key: [] for key in itertools.product(("stock", "overlay"), range(compiles), batches)}
-    for order in (("stock", "overlay"), ("overlay", "stock")):
-        for side in order:
-            with side_config(side):
-                for c in range(compiles):
-                    for b in batches:
-                        times[side, c, b].append(timer(lambda: call(compiled[side, c], b)))
+                e["sides"][side]["peak_mib"] = peak_mib(runner(side, 0, b))
+    time_sides(entries, runner, timer, compiles)
     same = same_code(codes["stock"], codes["overlay"])  # one compile a side covers each batch
-    for b, e in entries.items():
-        for side, res in e["sides"].items():
-            means = [sum(times[side, c, b]) / len(times[side, c, b]) for c in range(compiles)]
-            best = min(range(compiles), key=means.__getitem__)
-            res["us"], res["mean_us"] = times[side, best, b], means[best]
-            if compiles > 1:
-                res["compiles_mean_us"] = means
-        e["ratio"] = e["sides"]["stock"]["mean_us"] / e["sides"]["overlay"]["mean_us"]
+    for e in entries.values():
         e["same_code"] = same
     compiled.clear()  # the compiled code and its graphs go with the reset
     torch._dynamo.reset()
@@ -439,56 +411,6 @@ def measure_row(spec: Spec, model, row: str, device: str = "cuda", timer=kernel_
 
 
 # -- the run on a GPU ----------------------------------------------------------------
-
-def label(e: dict) -> str:
-    return f"decode_dyn B={e['batch']}" if e["row"] == "decode_dyn" and "batch" in e else e["row"]
-
-
-def compile_workers(env: dict) -> str:
-    n = env.get("compile_workers")
-    return ("compile workers: not recorded" if n is None else f"{n} compile workers" if n
-            else "no compile workers: every Triton kernel compiled in the timed process")
-
-
-def markdown(doc: dict) -> str:
-    env = doc["env"]
-    head = (f"{env['gpu']}, torch {env['torch']}, triton {env['triton']}, transformers "
-            f"{env['transformers']}, {env['date']}: {doc['settings']['timer']}, us per call, "
-            f"mean of 2 passes ({ITERS} calls each), the fastest of "
-            f"{doc['settings'].get('compiles', 1)} compile(s) a side. `{env['command']}`. "
-            f"{compile_workers(env)}. fp32 "
-            "parameters under bf16 autocast, 2 layers, random weights; decode rows are "
-            "one-token steps without KV cache (T5's with its cross-attention K/V cached); "
-            "ratio = stock / overlay (same code: both sides generated the same code but "
-            "its comments, so the ratio is the spread of Inductor's runtime autotuning "
-            "between compiles); compile = first call, the fastest of the compiles (in "
-            "brackets: decode_dyn B=1's recompile); err = max |out - fp32 eager| / max "
-            "|fp32 eager|, rms err = ||out - fp32 eager|| / ||fp32 eager||, out the "
-            "output or (train) every parameter's gradient as one vector, each the mean "
-            f"over {ERR_INPUTS} input sets, eager bf16 autocast's in brackets.")
-    rows = []
-    for e in doc["rows"]:
-        s, o = (e.get("sides", {}).get(k, {}) for k in ("stock", "overlay"))
-        if "ratio" not in e:
-            rows.append([e["model"], e["hidden"], label(e), "-", "-", e["status"], "-", "-",
-                         "-", e.get("message", "")[:160]])
-            continue
-        comp = " / ".join(f"{x['compile_s']:.1f}" if "compile_s" in x else
-                          f"({x['recompile_s']:.1f})" if "recompile_s" in x else "-"
-                          for x in (s, o))
-        peak = (f"{s['peak_mib']:.0f} / {o['peak_mib']:.0f}" if "peak_mib" in s and
-                "peak_mib" in o else "-")
-        rows.append([e["model"], e["hidden"], label(e), f"{s['mean_us']:.1f}",
-                     f"{o['mean_us']:.1f}",
-                     f"{e['ratio']:.2f}x" + (" (same code)" if e.get("same_code") else ""),
-                     comp, peak,
-                     f"{s['err']:.1e} / {o['err']:.1e} ({e['eager_err']:.1e})",
-                     f"{s['rms_err']:.2e} / {o['rms_err']:.2e} ({e['eager_rms_err']:.2e})"])
-    return head + "\n\n" + markdown_table(
-        ["model", "hidden", "row", "stock us", "overlay us", "ratio", "compile s stock / overlay",
-         "peak MiB stock / overlay", "err stock / overlay (eager)",
-         "rms err stock / overlay (eager)"], rows)
-
 
 def run(args, argv) -> int:
     import transformers
@@ -502,7 +424,8 @@ def run(args, argv) -> int:
         log(f"overlays not enabled: {e}")
     env = {**environment(["zoo", *argv], overlays), "transformers": transformers.__version__,
            "compile_workers": workers}
-    timer, timer_name = pick_timer() if args.mode == "default" else (wall_us, WALL_TIMER)
+    timer, timer_name = ((kernel_us, PROFILER_TIMER) if args.mode == "default"
+                         else (wall_us, WALL_TIMER))
     compile = (torch.compile if args.mode == "default" else
                functools.partial(torch.compile, mode=args.mode))
     doc = {"env": env, "settings": {"timer": timer_name, "warmup": WARMUP, "iters": ITERS,
@@ -530,9 +453,10 @@ def run(args, argv) -> int:
                                      compile=compile, compiles=args.compiles):
                     doc["rows"].append(e)
                     s, o = e["sides"]["stock"], e["sides"]["overlay"]
-                    log(f"    {label(e)}: stock {s['mean_us']:.1f} us, overlay "
+                    log(f"    B={e['batch']}: stock {s['mean_us']:.1f} us, overlay "
                         f"{o['mean_us']:.1f} us, {e['ratio']:.2f}x; err {s['err']:.1e} / "
-                        f"{o['err']:.1e}; overlay counters {o.get('counters')}")
+                        f"{o['err']:.1e}; compile {s.get('compile_s', 0):.1f} / "
+                        f"{o.get('compile_s', 0):.1f} s; overlay counters {o.get('counters')}")
             except Exception as e:  # one row's failure must not end the run
                 doc["rows"].append({**failed, "status": "failed", "message": one_line(e)})
                 log(f"    failed: {one_line(e)}")
@@ -542,9 +466,9 @@ def run(args, argv) -> int:
         torch.cuda.empty_cache()
         doc["wall_s"] = time.perf_counter() - start
         write_json(doc, args.out / "zoo.json")  # after each row: a killed run keeps it
-    text = markdown(doc)
-    (args.out / "zoo.md").write_text(text + "\n")
-    log(text + f"\n\nresults: {args.out / 'zoo.json'}; {doc['wall_s']:.0f} s in all")
+    text = render_run(doc)
+    (args.out / "zoo.md").write_text(text)
+    log(text + f"\nresults: {args.out / 'zoo.json'}; {doc['wall_s']:.0f} s in all")
     return 0
 
 
@@ -678,9 +602,6 @@ def main(argv: list[str]) -> int:
         results = compile_only(args.models, [r for r in args.rows if r in ("decode1", "batch8")])
         args.out.mkdir(parents=True, exist_ok=True)
         write_json({"compile_only": results}, args.out / "zoo_compile_only.json")
-        log(text_table(["model", "row", "status", "s", "overlay counters"],
-                       [[r["model"], r["row"], r["status"], f"{r.get('seconds', 0):.1f}",
-                         str(r.get("counters", r.get("message")))] for r in results]))
         return 0 if all(r["status"] == "ok" for r in results) else 1
     if not gpu_available():
         print("bench.py: no CUDA GPU here; zoo needs one (zoo --compile-only and "

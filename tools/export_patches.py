@@ -2,23 +2,14 @@
 """Export the overlays as a ``git format-patch`` series for an upstream PyTorch PR.
 
     python tools/export_patches.py               # write patches/ (series, pin)
-    python tools/export_patches.py --check       # CI: the series is not stale, applies,
-                                                 # compiles, passes its tests patched and
-                                                 # fails them pristine
+    python tools/export_patches.py --check       # CI: not stale, applies, compiles, fit for
+                                                 # upstream, tests pass patched, fail pristine
     python tools/export_patches.py --upstream PATH   # try the series on a pytorch checkout
     python tools/export_patches.py --show torch/_inductor/kernel/mm_tensorcore.py --after 5
-                                                 # a file as patch 5 (or a name) leaves it
-    python tools/export_patches.py --rebase-parts [FILE ...]
-                                                 # after editing a module with parts:
-                                                 # rewrite its parts' diffs in series/
+    python tools/export_patches.py --rebase-parts [FILE ...]   # rewrite series/ from FILE
 
-One patch per overlay and part (``torch_overlay.OVERLAYS``, in series order), each on top
-of the previous ones in a git tree of the installed torch's pristine ``torch/_inductor``
-and ``torch/_logging``: the overlay's primary ``.diff`` edits applied with ``git apply``
-(never the ``.torch-X.Y.diff`` variants), its new modules, templates, test and expect
-files copied byte for byte, ``patches/<name>.md`` as the commit message; a part's
-``series/`` diffs edit files an earlier patch adds (written there less those edits).
-CONTRIBUTING.md ("The flow of a change", steps 4-6) says what each step checks.
+CONTRIBUTING.md ("The flow of a change", steps 4-6, and "Declaring an overlay") says what
+a patch holds and what each step checks.
 """
 from __future__ import annotations
 
@@ -41,18 +32,13 @@ PATCHES = REPO / "patches"
 PACKAGE = REPO / "torch_overlay"
 OVERLAY_ROOT = PACKAGE / "_inductor"  # mirrors torch/_inductor
 LOGGING_EDITS = PACKAGE / "_logging"  # edits of torch/_logging: the log artifacts
-# the parts' edits of files the series adds (modules, templates, tests), at those files'
-# upstream paths: they cut the whole files into the series' patches and never run
-SERIES = REPO / "series"
+SERIES = REPO / "series"  # the parts' edits of files the series adds: read only here
 CONFIG = "torch/_inductor/config.py"
 GENERATED = ("series", "UPSTREAM_PIN")  # besides *.patch; patches/*.md are inputs
-# the scratch tree's commits: no user or system git config; each patch's author and date
-# are those of the project's commit that last changed its overlay (``authorship``), so
-# the series is reproducible from the history
+# no user or system git config: the series is reproducible (its patches' authors and
+# dates are the project's, ``authorship``; the scratch commits' are these)
 GIT_ENV = {
-    "GIT_CONFIG_NOSYSTEM": "1",
-    "GIT_CONFIG_GLOBAL": os.devnull,
-    # the scratch tree's own commits (the pristine base, `git am` in the check)
+    "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull,
     "GIT_AUTHOR_NAME": "scratch", "GIT_AUTHOR_EMAIL": "scratch@localhost",
     "GIT_COMMITTER_NAME": "scratch", "GIT_COMMITTER_EMAIL": "scratch@localhost",
 }
@@ -87,8 +73,7 @@ def rel(path: pathlib.Path) -> str:
         return str(path)
 
 
-# ---------------------------------------------------------------------------
-# The overlays, from the registry
+# -- the overlays, from the registry ------------------------------------------
 
 
 @dataclasses.dataclass
@@ -102,20 +87,6 @@ class OverlayExport:
     test_file: str                 # its test module, tree-relative (test/inductor/test_<name>.py)
     message: pathlib.Path          # patches/<name>.md
     part_of: str | None = None     # a further patch of this overlay (Overlay.parts)
-
-
-def load_registry():
-    sys.path.insert(0, str(REPO))
-    import torch_overlay
-    from torch_overlay._registry import REGISTRY
-
-    return torch_overlay, REGISTRY
-
-
-def ordered_names() -> list[str]:
-    """Series order (torch_overlay.OVERLAYS) with each overlay after what it requires."""
-    torch_overlay, registry = load_registry()
-    return registry.with_requirements([o.name for o in torch_overlay.OVERLAYS])
 
 
 def module_files(module: str) -> tuple[str, pathlib.Path]:
@@ -149,9 +120,13 @@ def overlay_tests(name: str) -> tuple[dict[str, pathlib.Path], str]:
 
 
 def collect() -> list[OverlayExport]:
-    _, registry = load_registry()
+    """Series order (torch_overlay.OVERLAYS), each overlay after what it requires."""
+    sys.path.insert(0, str(REPO))
+    import torch_overlay
+    from torch_overlay._registry import REGISTRY as registry
+
     out = []
-    for name in ordered_names():
+    for name in registry.with_requirements([o.name for o in torch_overlay.OVERLAYS]):
         overlay = registry.get(name)
         files: dict[str, pathlib.Path] = {}
         for module in overlay.modules:
@@ -179,8 +154,7 @@ def collect() -> list[OverlayExport]:
     return out
 
 
-# ---------------------------------------------------------------------------
-# Unified diffs: hunks and added lines
+# -- unified diffs: hunks and added lines --------------------------------------
 
 
 @dataclasses.dataclass
@@ -254,8 +228,7 @@ def check_same_hunks(overlay: OverlayExport, patch: pathlib.Path) -> None:
                         ".diff with `git diff` against pristine torch")
 
 
-# ---------------------------------------------------------------------------
-# Trees and the series
+# -- trees and the series -----------------------------------------------------
 
 
 def torch_info() -> dict[str, str]:
@@ -320,20 +293,15 @@ def _renames() -> tuple[tuple[str, str], ...]:
                  if len(f := line.split("\t")) == 3 and f[0].startswith("R"))
 
 
-def _with_old_names(paths: list[str]) -> list[str]:
-    names = list(paths)
-    for old, new in _renames():
-        if new in names and old not in names:
-            names.append(old)
-    return names
-
-
 def authorship(overlay: OverlayExport) -> dict[str, str]:
     """Author and date of the project's last commit that changed the overlay's exported
     sources (edits, modules, templates, tests, message), as git environment variables.
     A commit that only moves some of them (a rename, content unchanged) does not count."""
-    paths = _with_old_names([rel(p) for p in [*overlay.diffs, *overlay.files.values(),
-                                              *overlay.tests.values(), overlay.message]])
+    paths = [rel(p) for p in [*overlay.diffs, *overlay.files.values(),
+                              *overlay.tests.values(), overlay.message]]
+    for old, new in _renames():
+        if new in paths and old not in paths:
+            paths.append(old)
     proc = subprocess.run(["git", "log", "-M", "--name-status",
                            "--format=%x01%an%x00%ae%x00%aI", "--", *paths],
                           cwd=REPO, text=True, capture_output=True)
@@ -453,8 +421,7 @@ def build_series(out_dir: pathlib.Path, work: pathlib.Path) -> list[str]:
     return names
 
 
-# ---------------------------------------------------------------------------
-# A file at any point of the series; the parts' diffs from an edited file
+# -- a file at any point of the series; the parts' diffs from an edited file ----
 
 
 def tree_path(path: str) -> str:
@@ -575,39 +542,27 @@ def rebase_parts(paths: Iterable[str] = ()) -> tuple[list[pathlib.Path], list[st
     return rewritten, problems
 
 
-# ---------------------------------------------------------------------------
-# Staleness
+# -- staleness -----------------------------------------------------------------
 
 
 _VOLATILE = re.compile(r"^(From [0-9a-f]{40} .*|Date: .*)$", re.M)
 
 
-def normalized(text: str) -> str:
-    return _VOLATILE.sub("", text)
-
-
-def generated(d: pathlib.Path) -> list[str]:
-    if not d.exists():
-        return []
-    return sorted(p.name for p in d.iterdir() if p.name in GENERATED or p.suffix == ".patch")
-
-
 def stale(patches: pathlib.Path, fresh: pathlib.Path) -> list[str]:
     """Differences between the committed series and a fresh export ([] when none)."""
-    problems = []
+    def generated(d):
+        return {p.name for p in d.glob("*") if p.name in GENERATED or p.suffix == ".patch"}
+
+    def text(path):
+        return _VOLATILE.sub("", path.read_text())
     have, want = generated(patches), generated(fresh)
-    for n in sorted(set(want) - set(have)):
-        problems.append(f"missing {n}")
-    for n in sorted(set(have) - set(want)):
-        problems.append(f"extra {n}")
-    for n in sorted(set(have) & set(want)):
-        if normalized((patches / n).read_text()) != normalized((fresh / n).read_text()):
-            problems.append(f"differs: {n}")
-    return problems
+    return ([f"missing {n}" for n in sorted(want - have)]
+            + [f"extra {n}" for n in sorted(have - want)]
+            + [f"differs: {n}" for n in sorted(have & want)
+               if text(patches / n) != text(fresh / n)])
 
 
-# ---------------------------------------------------------------------------
-# What the series adds: no torch_overlay, no top-level reassignment of upstream objects
+# -- what the series adds: no project name, no import-time reassignment --------
 
 
 def _import_time_statements(body: list[ast.stmt]) -> Iterable[ast.stmt]:
@@ -719,8 +674,7 @@ def audit_patch(tree: pathlib.Path, patch: pathlib.Path, overlay: OverlayExport,
     return problems
 
 
-# ---------------------------------------------------------------------------
-# Upstream's style: its formatter and lint leave every added line as it is
+# -- upstream's style: its formatter and lint leave every added line as it is --
 
 
 STYLE = REPO / "tools" / "upstream_style.toml"  # [tool.ruff] and [tool.usort], as upstream's
@@ -745,14 +699,9 @@ def _rewritten_lines(diff: str) -> set[int]:
     return touched
 
 
-def tool_path(name: str) -> str | None:
-    """``name`` beside this interpreter (a virtualenv's, activated or not), else on PATH."""
-    beside = shutil.which(name, path=os.path.dirname(sys.executable))
-    return beside or shutil.which(name)
-
-
 def _tool(tree: pathlib.Path, *args: str) -> subprocess.CompletedProcess:
-    found = tool_path(args[0])
+    # beside this interpreter (a virtualenv's, activated or not), else on PATH
+    found = shutil.which(args[0], path=os.path.dirname(sys.executable)) or shutil.which(args[0])
     if found is None:
         raise ExportError(f"{args[0]} is not installed: `pip install -e .[test]`")
     return subprocess.run([found, *args[1:]], cwd=tree, capture_output=True, text=True)
@@ -812,8 +761,7 @@ def style_fix(paths: Iterable[pathlib.Path]) -> list[str]:
     return left
 
 
-# ---------------------------------------------------------------------------
-# --check
+# -- --check -------------------------------------------------------------------
 
 
 def apply_series(repo: pathlib.Path, patches: pathlib.Path) -> list[str]:
@@ -977,122 +925,115 @@ def run_exported_tests(pythonpath: pathlib.Path, files: list[str], cache: pathli
 def check(run_tests: bool = True, compare_junit: pathlib.Path | None = None,
           pytest_args: Iterable[str] = (), stale_step: bool = True,
           style_step: bool = True) -> int:
-    """``stale_step`` False: no staleness step (a copy without the git history the export dates from);
-    ``style_step`` False: no formatter and lint (a machine without them; CI runs them)."""
+    """``stale_step`` False: a copy without the git history the export dates from;
+    ``style_step`` False: a machine without the formatter and lint (CI runs them)."""
     t0 = time.time()
-    if not (PATCHES / "series").exists():
-        print("patches/series missing: run `python tools/export_patches.py`", file=sys.stderr)
-        return 1
     try:
+        if not (PATCHES / "series").exists():
+            raise ExportError("patches/series missing: run `python tools/export_patches.py`")
         require_pinned_torch()
+        with tempfile.TemporaryDirectory(prefix="export_check_") as tmp:
+            ok = _check_in(pathlib.Path(tmp), t0, run_tests, compare_junit, pytest_args,
+                           stale_step, style_step)
     except ExportError as e:
         print(f"export_patches: {e}", file=sys.stderr)
         return 1
-    with tempfile.TemporaryDirectory(prefix="export_check_") as tmp:
-        tmp = pathlib.Path(tmp)
-        # 1. stale?
-        try:
-            if stale_step:
-                build_series(tmp / "fresh", tmp / "work")
-        except ExportError as e:
-            print(f"the export fails: {e}", file=sys.stderr)
-            return 1
-        problems = stale(PATCHES, tmp / "fresh") if stale_step else []
-        if problems:
-            print("patches/ is stale against the overlay code (" + "; ".join(problems) + "): run "
-                  "`python tools/export_patches.py` and commit patches/", file=sys.stderr)
-            return 1
-        if stale_step:
-            print(f"[check] patches/ is up to date ({time.time() - t0:.0f}s)")
-        # 2. apply the committed series to a pristine tree, one patch at a time
-        tree = pristine_tree(tmp / "pristine")
-        overlays = collect()
-        names = (PATCHES / "series").read_text().split()
-        if len(names) != len(overlays):
-            print("patches/series does not have one patch per overlay and part", file=sys.stderr)
-            return 1
-        ok = True
-        patched: dict[str, RunResult] = {}
-        new_modules: list[str] = []
-        for i, (name, overlay) in enumerate(zip(names, overlays)):
-            try:
-                single = tmp / f"one_{i}"
-                single.mkdir()
-                shutil.copyfile(PATCHES / name, single / name)
-                (single / "series").write_text(name + "\n")
-                apply_series(tree, single)
-            except ExportError as e:
-                print(str(e), file=sys.stderr)
-                return 1
-            comp = subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree / "torch")],
-                                  capture_output=True, text=True)
-            if comp.returncode != 0:
-                print(f"after {name}: the patched sources do not byte-compile:\n{comp.stdout}{comp.stderr}",
-                      file=sys.stderr)
-                return 1
-            print(f"[check] {name} applies and byte-compiles ({time.time() - t0:.0f}s)")
-            # 3. what it adds
-            problems = audit_patch(tree, PATCHES / name, overlay, later_edits(overlays, overlay),
-                                   style=style_step)
-            if problems:
-                ok = False
-                print(f"[check] {name}: {len(problems)} added line(s) or file(s) not fit for upstream:",
-                      file=sys.stderr)
-                for p in problems[:40]:
-                    print("  " + p, file=sys.stderr)
-                if len(problems) > 40:
-                    print(f"  ... and {len(problems) - 40} more", file=sys.stderr)
-            else:
-                flag = (f"declares {CONFIG}:{overlay.flag}" if overlay.part_of is None
-                        else f"a part of {overlay.part_of}")
-                print(f"[check] {name}: no added line under torch/ names {FORBIDDEN} or reassigns "
-                      f"an upstream object at top level; {flag}; tests byte-identical; "
-                      + ("added lines as upstream's formatter and lint leave them" if style_step
-                         else "formatter and lint not run (--no-style-step)"))
-            new_modules += [p for p in overlay.files if p.endswith(".py")]
-            if not run_tests:
-                continue
-            # 4. its tests against the patched copy, overlays off, GPU-free
-            changed = git(tree, "diff", "--name-only", "HEAD~%d" % (i + 1), "HEAD").stdout.split()
-            site = patched_torch(tree, changed, tmp / f"site_{i}")
-            result = run_exported_tests(site, [overlay.test_file], tmp / f"cache_{i}", tree,
-                                        new_modules, pytest_args=pytest_args)
-            patched[overlay.test_file] = result
-            print(f"[check] tests of {overlay.name} against the patched copy (patches 1-{i + 1}, "
-                  f"TORCH_OVERLAY_DISABLE=1, -p {GPU_FREE_PLUGIN}): {result.counts()} "
-                  f"({time.time() - t0:.0f}s)")
-            if result.probe_error or result.count("FAILED", "ERROR") or not result.count("PASSED"):
-                ok = False
-                print(result.probe_error or _failures(result), file=sys.stderr)
-            if compare_junit is not None:
-                ok &= same_as_project_run(result, overlay.test_file, compare_junit)
-        if run_tests:
-            # 5. the same tests against the pristine copy: each must fail
-            expected = [n for r in patched.values() for n in r.outcomes]
-            site = patched_torch(tree, [], tmp / "site_pristine")
-            result = run_exported_tests(site, list(patched), tmp / "cache_pristine", tree,
-                                        expected=expected, pytest_args=pytest_args)
-            failed = sum(1 for n in expected if result.outcomes.get(n) in ("FAILED", "ERROR"))
-            print(f"[check] the same {len(expected)} tests against the pristine copy (torch "
-                  f"{torch_info()['torch']}, TORCH_OVERLAY_DISABLE=1): {failed} failed, "
-                  f"{result.count('PASSED')} passed, {result.count('SKIPPED')} skipped "
-                  f"({time.time() - t0:.0f}s)")
-            if result.probe_error:
-                ok = False
-                print(result.probe_error, file=sys.stderr)
-            elif failed != len(expected):
-                ok = False
-                print("[check] these pass (or skip) without the series, so they do not test it:\n  "
-                      + "\n  ".join(n for n in expected
-                                     if result.outcomes.get(n) not in ("FAILED", "ERROR")),
-                      file=sys.stderr)
-            passed = sum(r.count("PASSED") for r in patched.values())
-            print(f"[check] the {len(expected)} exported tests: patched copy {passed} passed, "
-                  f"{sum(r.count('FAILED', 'ERROR') for r in patched.values())} failed, "
-                  f"{sum(r.count('SKIPPED') for r in patched.values())} skipped (values: "
-                  f"GPU only); pristine copy {failed} failed")
     print(f"[check] {'OK' if ok else 'FAILED'} in {time.time() - t0:.0f}s")
     return 0 if ok else 1
+
+
+def _check_in(tmp: pathlib.Path, t0: float, run_tests, compare_junit, pytest_args,
+              stale_step, style_step) -> bool:
+    if stale_step:  # 1. stale?
+        build_series(tmp / "fresh", tmp / "work")
+        problems = stale(PATCHES, tmp / "fresh")
+        if problems:
+            raise ExportError(f"patches/ is stale against the overlay code ({'; '.join(problems)}"
+                              "): run `python tools/export_patches.py` and commit patches/")
+        print(f"[check] patches/ is up to date ({time.time() - t0:.0f}s)")
+    # 2. the committed series on a pristine tree, one patch at a time
+    tree = pristine_tree(tmp / "pristine")
+    overlays = collect()
+    names = (PATCHES / "series").read_text().split()
+    if len(names) != len(overlays):
+        raise ExportError("patches/series does not have one patch per overlay and part")
+    ok, patched, new_modules = True, {}, []
+    for i, (name, overlay) in enumerate(zip(names, overlays)):
+        single = tmp / f"one_{i}"
+        single.mkdir()
+        shutil.copyfile(PATCHES / name, single / name)
+        (single / "series").write_text(name + "\n")
+        apply_series(tree, single)
+        comp = subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree / "torch")],
+                              capture_output=True, text=True)
+        if comp.returncode != 0:
+            raise ExportError(f"after {name}: the patched sources do not byte-compile:\n"
+                              f"{comp.stdout}{comp.stderr}")
+        print(f"[check] {name} applies and byte-compiles ({time.time() - t0:.0f}s)")
+        # 3. what it adds
+        ok &= _report_audit(name, overlay, audit_patch(
+            tree, PATCHES / name, overlay, later_edits(overlays, overlay), style=style_step),
+            style_step)
+        new_modules += [p for p in overlay.files if p.endswith(".py")]
+        if not run_tests:
+            continue
+        # 4. its tests against the patched copy, overlays off, GPU-free
+        changed = git(tree, "diff", "--name-only", f"HEAD~{i + 1}", "HEAD").stdout.split()
+        result = run_exported_tests(patched_torch(tree, changed, tmp / f"site_{i}"),
+                                    [overlay.test_file], tmp / f"cache_{i}", tree,
+                                    new_modules, pytest_args=pytest_args)
+        patched[overlay.test_file] = result
+        print(f"[check] tests of {overlay.name} against the patched copy (patches 1-{i + 1}, "
+              f"TORCH_OVERLAY_DISABLE=1, -p {GPU_FREE_PLUGIN}): {result.counts()} "
+              f"({time.time() - t0:.0f}s)")
+        if result.probe_error or result.count("FAILED", "ERROR") or not result.count("PASSED"):
+            ok = False
+            print(result.probe_error or _failures(result), file=sys.stderr)
+        if compare_junit is not None:
+            ok &= same_as_project_run(result, overlay.test_file, compare_junit)
+    if run_tests:
+        ok &= _pristine_fails(tree, tmp, patched, pytest_args, t0)
+    return ok
+
+
+def _report_audit(name: str, overlay: OverlayExport, problems: list[str], style: bool) -> bool:
+    if problems:
+        print(f"[check] {name}: {len(problems)} added line(s) or file(s) not fit for upstream:\n  "
+              + "\n  ".join(problems[:40])
+              + (f"\n  ... and {len(problems) - 40} more" if len(problems) > 40 else ""),
+              file=sys.stderr)
+        return False
+    flag = (f"declares {CONFIG}:{overlay.flag}" if overlay.part_of is None
+            else f"a part of {overlay.part_of}")
+    print(f"[check] {name}: no added line under torch/ names {FORBIDDEN} or reassigns "
+          f"an upstream object at top level; {flag}; tests byte-identical; "
+          + ("added lines as upstream's formatter and lint leave them" if style
+             else "formatter and lint not run (--no-style-step)"))
+    return True
+
+
+def _pristine_fails(tree: pathlib.Path, tmp: pathlib.Path, patched: dict[str, RunResult],
+                    pytest_args, t0: float) -> bool:
+    """5. The exported tests against the pristine copy: each must fail."""
+    expected = [n for r in patched.values() for n in r.outcomes]
+    result = run_exported_tests(patched_torch(tree, [], tmp / "site_pristine"), list(patched),
+                                tmp / "cache_pristine", tree, expected=expected,
+                                pytest_args=pytest_args)
+    failed = sum(1 for n in expected if result.outcomes.get(n) in ("FAILED", "ERROR"))
+    print(f"[check] the same {len(expected)} tests against the pristine copy (torch "
+          f"{torch_info()['torch']}, TORCH_OVERLAY_DISABLE=1): {failed} failed, "
+          f"{result.count('PASSED')} passed, {result.count('SKIPPED')} skipped "
+          f"({time.time() - t0:.0f}s)")
+    passing = [n for n in expected if result.outcomes.get(n) not in ("FAILED", "ERROR")]
+    if result.probe_error or passing:
+        print(result.probe_error or "[check] these pass (or skip) without the series, so they "
+              "do not test it:\n  " + "\n  ".join(passing), file=sys.stderr)
+    print(f"[check] the {len(expected)} exported tests: patched copy "
+          f"{sum(r.count('PASSED') for r in patched.values())} passed, "
+          f"{sum(r.count('FAILED', 'ERROR') for r in patched.values())} failed, "
+          f"{sum(r.count('SKIPPED') for r in patched.values())} skipped (values: "
+          f"GPU only); pristine copy {failed} failed")
+    return not (result.probe_error or passing)
 
 
 def same_as_project_run(result: RunResult, test_file: str, junit: pathlib.Path) -> bool:
@@ -1117,8 +1058,7 @@ def _failures(result: RunResult) -> str:
             + f"\npytest: {result.summary}\n" + result.output)
 
 
-# ---------------------------------------------------------------------------
-# --upstream
+# -- --upstream ----------------------------------------------------------------
 
 
 def try_upstream(path: pathlib.Path) -> int:
@@ -1156,39 +1096,30 @@ def try_upstream(path: pathlib.Path) -> int:
     return 1 if failures else 0
 
 
-# ---------------------------------------------------------------------------
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--check", action="store_true",
-                        help="fail if patches/ is stale, does not apply or compile, adds what "
-                             "upstream cannot take, or its tests do not pass patched and fail pristine")
-    parser.add_argument("--no-tests", action="store_true", help="with --check: skip the test runs")
-    parser.add_argument("--compare-junit", type=pathlib.Path, metavar="XML",
-                        help="with --check: the junit xml of a `pytest test/` run; each exported "
-                             "test file must have the same outcomes there")
-    parser.add_argument("--pytest-arg", action="append", default=[], metavar="ARG",
-                        help="with --check: passed to the pytest runs (e.g. -n=12 on the GPU)")
-    parser.add_argument("--no-stale-step", action="store_true",
-                        help="with --check: skip the staleness step (a copy with no git history)")
-    parser.add_argument("--no-style-step", action="store_true",
-                        help="with --check: skip the formatter and lint (a machine without ruff "
-                             "and usort, as the GPU's; CI runs them)")
-    parser.add_argument("--upstream", type=pathlib.Path, metavar="PATH",
-                        help="report how the series applies to a pytorch checkout (left untouched)")
-    parser.add_argument("--show", metavar="PATH",
-                        help="print a file as it stands after a patch of the series (--after; "
-                             "the last by default): torch/_inductor/... or its project path")
-    parser.add_argument("--after", metavar="PATCH",
-                        help="with --show: the patch's number (5, 0005) or overlay or part name")
-    parser.add_argument("--rebase-parts", nargs="*", metavar="FILE",
-                        help="rewrite the series/ diffs of the parts that edit these files "
-                             "(all the series adds, when none is named) from the files as "
-                             "edited; names each part whose lines changed, to edit by hand")
-    parser.add_argument("--style-fix", type=pathlib.Path, nargs="+", metavar="FILE",
-                        help="format these files as upstream's formatter would (ruff format, "
-                             "usort, ruff's safe fixes) and print the lint left to fix by hand")
+    add = parser.add_argument
+    add("--check", action="store_true",
+        help="fail if patches/ is stale, does not apply or compile, adds what upstream "
+             "cannot take, or its tests do not pass patched and fail pristine")
+    add("--no-tests", action="store_true", help="with --check: skip the test runs")
+    add("--compare-junit", type=pathlib.Path, metavar="XML",
+        help="with --check: each exported test file has its outcomes of this `pytest test/`")
+    add("--pytest-arg", action="append", default=[], metavar="ARG",
+        help="with --check: passed to the pytest runs (e.g. -n=12 on the GPU)")
+    add("--no-stale-step", action="store_true",
+        help="with --check: skip the staleness step (a copy with no git history)")
+    add("--no-style-step", action="store_true",
+        help="with --check: skip the formatter and lint (a machine without ruff and usort)")
+    add("--upstream", type=pathlib.Path, metavar="PATH",
+        help="report how the series applies to a pytorch checkout (left untouched)")
+    add("--show", metavar="PATH", help="print a file as it stands after a patch (--after)")
+    add("--after", metavar="PATCH",
+        help="with --show: the patch's number or overlay or part name (default: the last)")
+    add("--rebase-parts", nargs="*", metavar="FILE",
+        help="rewrite the series/ diffs of the parts that edit these files (default: all)")
+    add("--style-fix", type=pathlib.Path, nargs="+", metavar="FILE",
+        help="format files as upstream's formatter would; print the lint left to fix")
     args = parser.parse_args(argv)
     try:
         if args.style_fix:

@@ -1,10 +1,7 @@
 #!/usr/bin/env bash
-# The GPU half of the test suite, from the repo root on a machine with a CUDA GPU:
+# The test suite against a real CUDA GPU (CONTRIBUTING.md, "The GPU check"), from the repo root:
 #   bash tools/gpu_check.sh [pytest args and test files; default: test/]
-# The same tests as CI, now against the real GPU: goldens generated on the device must
-# equal the GPU-free ones (test_harness checks fake == real byte for byte), and the
-# GPU-only correctness tests run. Wheels in .whl/ (expecttest, where the image lacks it)
-# are installed first.
+# Wheels in .whl/ (expecttest, where the image lacks it) are installed first.
 set -uo pipefail
 out="${OUT:-/tmp/gpu_check}"
 mkdir -p "$out"
