@@ -467,8 +467,9 @@ def show(path: str, after: str | None = None) -> str:
         commits = commit_series(repo, overlays, work, info, added_only=added_only)
         proc = git(repo, "show", f"{commits[index]}:{path}", check=False)
         if proc.returncode != 0:
-            adds = [f"{i + 1:04d} ({o.name})" for i, o in enumerate(overlays)
-                    if path in {**o.files, **o.tests}]
+            # the first patch whose tree holds it (a part may add a template)
+            adds = [f"{i + 1:04d} ({o.name})" for i, (o, c) in enumerate(zip(overlays, commits))
+                    if git(repo, "cat-file", "-e", f"{c}:{path}", check=False).returncode == 0]
             raise ExportError(f"{path} is not in the tree after patch {index + 1:04d} "
                               f"({overlays[index].name})"
                               + (f"; patch {adds[0]} adds it" if adds else ""))
@@ -513,7 +514,7 @@ def rebased_parts(overlays: list[OverlayExport], path: str,
     texts = {}
     for (part, diff), before, after in zip(diffs, states, states[1:]):
         text = git(repo, "diff", before, after, "--", path).stdout
-        texts[diff] = text[text.index("--- a/"):]
+        texts[diff] = text[text.index("\n--- ") + 1:]  # a part's new file: --- /dev/null
     return texts, None
 
 

@@ -99,36 +99,7 @@ def tensorcore_gemv_grid(splits, n, meta, *, cdiv):
 tensorcore_gemv_template = TritonTemplate(
     name="tensorcore_gemv",
     grid=tensorcore_gemv_grid,
-    source=r"""
-{{def_kernel("A", "B")}}
-    K = {{size("B", 0)}}
-    N = {{size("B", 1)}}
-    stride_ak = {{stride("A", 1)}}
-    stride_bk = {{stride("B", 0)}}
-    stride_bn = {{stride("B", 1)}}
-    pid_n = tl.program_id(0).to(INDEX_DTYPE)
-    pid_s = tl.program_id(1).to(INDEX_DTYPE)
-    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    acc = tl.zeros((BLOCK_K, BLOCK_N), dtype=tl.float32)
-    for k0 in range(0, ROWS, BLOCK_K):
-        rk = pid_s * ROWS + k0 + tl.arange(0, BLOCK_K)
-        a = tl.load(A + rk * stride_ak, mask=rk < K, other=0.0, eviction_policy="evict_last")
-        b = tl.load(
-            B + rk[:, None] * stride_bk + rn[None, :] * stride_bn,
-            mask=(rk[:, None] < K) & (rn[None, :] < N),
-            other=0.0,
-            eviction_policy="evict_first",
-        )
-        # rounded to the autocast dtype, as eager autocast's cast kernels round them
-        a = a.to(DOT_DTYPE).to(tl.float32)
-        b = b.to(DOT_DTYPE).to(tl.float32)
-        acc += a[:, None] * b
-    sums = tl.sum(acc, 0)[None, :]
-    idx_m = pid_s + tl.zeros((1, BLOCK_N), dtype=INDEX_DTYPE)
-    idx_n = rn[None, :]
-    mask = idx_n < N
-    {{store_output(("idx_m", "idx_n"), "sums", "mask", val_shape=("1", "BLOCK_N"))}}
-""",
+    source=load_template("tensorcore_gemv", _TEMPLATE_DIR),
     cache_codegen_enabled_for_template=True,
 )
 
