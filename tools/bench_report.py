@@ -114,10 +114,11 @@ def markdown_table(headers: list[str], rows: list[list[str]]) -> str:
 # -- BENCHMARKS.md: the newest measurement of each row, per GPU and release -----------
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "bench_results"
-FAMILIES = ("decode", "dynamic batch", "CUDA graphs", "batched", "training", "operators",
+FAMILIES = ("decode", "dynamic batch", "CUDA graphs", "HF generate", "batched", "training",
+            "operators",
             "max-autotune", "freezing")
 ZOO_FAMILY = {"decode1": "decode", "decode_dyn": "dynamic batch", "batch8": "batched",
-              "train": "training"}
+              "train": "training", "generate": "HF generate", "generate_static": "HF generate"}
 # per operator family: the modes it shows, and the (faster, baseline) ratios
 OPS_FAMILY = {
     "operators": (("eager", "stock", "overlay"), [("overlay", "stock"), ("overlay", "eager")]),
@@ -142,6 +143,11 @@ FAMILY_TEXT = {
                    "per call of graph replays back to back (*wall*), what a launch-bound step "
                    "costs. "
                    "`bench.py zoo --mode reduce-overhead` (or `max-autotune`).",
+    "HF generate": "`model.generate()` over `torch.compile(model.forward)`, greedy, 32 new "
+                   "tokens after 32, batch 1: GPU kernel time per token of one profiled call "
+                   "(stock / overlay us); the default KV cache, and `cache_implementation="
+                   "\"static\"` where transformers runs it under autocast. "
+                   "`bench.py zoo --rows generate,generate_static`.",
     "batched": "8 x 128 tokens (8 images for ViT): where the plan keeps stock's code. "
                "`bench.py zoo --rows batch8`.",
     "training": "Forward and backward of the batched row; errors are those of every "
@@ -281,6 +287,10 @@ def zoo_table(family: str, rows: dict) -> str:
         return dynamic_table(rows)
     if family == "CUDA graphs":
         return graphs_table(rows)
+    if family == "HF generate":
+        return per_model_table(rows, lambda key: key[1],
+                               lambda row: f"{row.replace('generate_', '')} cache".replace(
+                                   "generate cache", "default cache"), 1)
     headers = ["model", "B", "stock us", "overlay us", "overlay / stock",
                "rms err stock / overlay", "peak MiB stock / overlay", "measured"]
     body = []
@@ -372,7 +382,7 @@ def render_benchmarks(files: list[tuple[str, list[dict]]]) -> str:
            "earlier measurements are in git history.", "", "## How it is measured", "",
            HOW_MEASURED, ""]
     found = [(stem, newest(runs)) for stem, runs in files]
-    for family in FAMILIES:
+    for family in (f for f in FAMILIES if any(f in rows for _, rows in found)):
         out += [f"## {family[0].upper() + family[1:]}", "", FAMILY_TEXT[family], ""]
         for _, rows in found:
             if family not in rows:

@@ -31,12 +31,13 @@ from bench_common import (environment, gpu_available, log, one_line, probe_overl
                           relative_error, warm_up_compiler)
 from bench_report import render_run, write_json
 
-ROWS = ("decode1", "decode_dyn", "batch8", "train")
+ROWS = ("decode1", "decode_dyn", "batch8", "train", "generate", "generate_static")
 MODES = ("default", "reduce-overhead", "max-autotune")
 GRAPH_ROWS = ("decode1", "decode_dyn")  # the rows timed under CUDA graphs
 DYN_BATCHES = (4, 16, 1)  # the first compiles (a size-1 dim cannot be marked dynamic)
 SEQ, BATCH, ENC_SEQ = 128, 8, 128
 WARMUP, ITERS = 3, 20
+PROMPT, NEW_TOKENS = 32, 32  # generate(): prompt tokens and greedy new tokens, batch 1
 # input sets a row's errors are averaged over: one maximum of one output is one sample of
 # how a kernel's order of sums rounds
 ERR_INPUTS = 4
@@ -61,7 +62,9 @@ class Spec:
 
     def rows(self) -> tuple[str, ...]:
         gen = self.kind in ("decoder", "encdec")
-        return ("decode1", "decode_dyn")[:2 * gen] + ("batch8",) + ("train",)[:self.train]
+        hf_generate = ("generate", "generate_static")[:2 * (self.kind == "decoder")]
+        return (("decode1", "decode_dyn")[:2 * gen] + ("batch8",) + ("train",)[:self.train]
+                + hf_generate)
 
 
 def _lm(hidden, heads, ffn, vocab, **kw):
@@ -109,7 +112,8 @@ ORDER = ([("bert-large", "batch8"), ("vit-large", "batch8"), ("t5-large", "batch
          + [(m, "decode1") for m in _DEC + ("t5-large",)] + [(m, "batch8") for m in _DEC]
          + [(m, "decode_dyn") for m in ("llama3-8b", "gpt2-large", "t5-large", "pythia-1.4b",
                                         "qwen2-7b")]
-         + [(m, "train") for m in ("gpt2-large", "bert-large", "vit-large")])
+         + [(m, "train") for m in ("gpt2-large", "bert-large", "vit-large")]
+         + [(m, r) for m in _DEC for r in ("generate", "generate_static")])
 
 
 def build(spec: Spec, device: str, tiny: bool = False) -> torch.nn.Module:
@@ -205,7 +209,7 @@ def forward(spec: Spec, model, inputs: tuple, amp: bool) -> torch.Tensor:
 def fresh(fn):
     """``fn`` behind a new code object: Dynamo caches compiled code per code object."""
     ns = {"fn": fn}
-    exec("def zoo_step(*args):\n    return fn(*args)\n", ns)  # noqa: S102
+    exec("def zoo_step(*args, **kw):\n    return fn(*args, **kw)\n", ns)  # noqa: S102
     return ns["zoo_step"]
 
 
@@ -410,6 +414,54 @@ def measure_row(spec: Spec, model, row: str, device: str = "cuda", timer=kernel_
     return [entries[b] for b in sorted(batches)]
 
 
+def measure_generate(spec: Spec, model, row: str, device: str = "cuda", timer=kernel_us,
+                     compile=torch.compile) -> list[dict]:
+    """``model.generate()`` over a compiled ``model.forward``, as transformers documents
+    compiled decode: greedy, NEW_TOKENS new tokens after PROMPT, batch 1, the default KV
+    cache (``generate``) or ``cache_implementation="static"``. Per token: the GPU time of
+    one profiled call, both sides in both orders; errors of the first step's logits
+    against fp32 eager, and the share of eager autocast's tokens each side generates."""
+    from torch._inductor.utils import fresh_cache
+
+    gen = torch.Generator(device).manual_seed(zlib.crc32(f"{spec.name}/{row}".encode()))
+    ids = torch.randint(0, model.config.vocab_size, (1, PROMPT), device=device, generator=gen)
+    kw = dict(max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False,
+              return_dict_in_generate=True, output_logits=True, pad_token_id=0)
+    if row == "generate_static":
+        kw["cache_implementation"] = "static"
+
+    def generate(amp=True):
+        with torch.no_grad(), torch.autocast("cuda", torch.bfloat16, enabled=amp):
+            return model.generate(ids, **kw)
+
+    ref = generate(amp=False).logits[0]
+    eager = generate()  # fails where transformers fails (its static cache under autocast)
+    entry = {"model": spec.name, "hidden": spec.hidden, "row": row, "batch": 1,
+             "tokens": NEW_TOKENS, "eager_err": max_rel_err(eager.logits[0], ref), "sides": {}}
+    forwards = {}
+
+    def on(side):
+        model.forward = forwards[side]  # generate() calls the instance's forward
+        return generate()
+    try:
+        for side in ("stock", "overlay"):
+            forwards[side] = compile(fresh(type(model).forward.__get__(model)))
+            with side_config(side), fresh_cache():
+                start = time.perf_counter()
+                out = on(side)
+                seconds = time.perf_counter() - start
+                entry["sides"][side] = {
+                    "compile_s": seconds, "err": max_rel_err(out.logits[0], ref),
+                    "token_match": (out.sequences == eager.sequences).float().mean().item()}
+                if device == "cuda":
+                    entry["sides"][side]["peak_mib"] = peak_mib(lambda: on(side))
+        time_sides({1: entry}, lambda side, c, b: lambda: on(side),
+                   lambda call: timer(call, iters=1, warmup=1) / NEW_TOKENS, 1)
+    finally:
+        model.__dict__.pop("forward", None)
+    return [entry]
+
+
 # -- the run on a GPU ----------------------------------------------------------------
 
 def run(args, argv) -> int:
@@ -449,8 +501,11 @@ def run(args, argv) -> int:
                     doc["models"][name] = {"source": spec.source, "config": spec.kwargs,
                                            "params": sum(p.numel() for p in model.parameters()),
                                            "attn": model.config._attn_implementation}
-                for e in measure_row(spec, models[name], row, timer=timer,
-                                     compile=compile, compiles=args.compiles):
+                measured = (measure_generate(spec, models[name], row)
+                            if row.startswith("generate") else
+                            measure_row(spec, models[name], row, timer=timer,
+                                        compile=compile, compiles=args.compiles))
+                for e in measured:
                     doc["rows"].append(e)
                     s, o = e["sides"]["stock"], e["sides"]["overlay"]
                     log(f"    B={e['batch']}: stock {s['mean_us']:.1f} us, overlay "
