@@ -77,6 +77,18 @@ def test_cuda_generator():
 
 def test_autograd_is_skipped():
     torch.randn(3, device=GPU_TYPE, requires_grad=True)
+
+
+def test_a_rebuilt_dynamo_rule_map():
+    # as init_process_group does: Dynamo's map of torch functions is rebuilt while the
+    # factories are faked
+    torch._dynamo.trace_rules.clear_lru_cache()
+    torch.compile(lambda n: torch.arange(n) + 1, backend="eager", fullgraph=True)(3)
+
+
+def test_torch_arange_traceable_after_it():
+    out = torch.compile(lambda n: torch.arange(n) + 1, backend="eager", fullgraph=True)(3)
+    assert out.tolist() == [1, 2, 3]
 '''
 
 
@@ -131,6 +143,10 @@ class TestGpuFreePlugin(TestCase):
 
     def test_cuda_generator(self):
         self.assertPassed("test_cuda_generator")
+
+    def test_dynamo_rule_map_rebuilt_in_a_test(self):
+        self.assertPassed("test_a_rebuilt_dynamo_rule_map")
+        self.assertPassed("test_torch_arange_traceable_after_it")
 
     def test_autograd_is_skipped_with_reason(self):
         kind, message = self.outcome("test_autograd_is_skipped")

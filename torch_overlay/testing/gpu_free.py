@@ -61,10 +61,16 @@ class FakeGPU:
 
     @contextlib.contextmanager
     def active(self) -> Iterator[None]:
+        from torch._dynamo import trace_rules
         from torch._subclasses.fake_tensor import FakeTensorMode
 
+        # Dynamo maps torch's functions to their tracers from torch's attributes as they are
+        # when it builds the map (once; init_process_group clears it): built while the
+        # factories are faked, later compiles would find the real torch.arange untraceable
+        rules = trace_rules.get_torch_obj_rule_map()
         self.mode = FakeTensorMode(allow_non_fake_inputs=True)
         with contextlib.ExitStack() as stack:
+            stack.callback(_drop_rules_built_since, rules)  # last, with the factories real
             stack.enter_context(fake_cuda(self.profile))
             stack.enter_context(warnings.catch_warnings())
             # compiled wrappers check input alignment through data_ptr (0 on FakeTensors)
@@ -232,6 +238,13 @@ class FakeGPU:
 
 
 _EMPTY_STRIDED = torch.empty_strided
+
+
+def _drop_rules_built_since(rules: dict[Any, Any]) -> None:
+    from torch._dynamo import trace_rules
+
+    if trace_rules.get_torch_obj_rule_map() is not rules:
+        trace_rules.clear_lru_cache()
 
 
 def _is_cuda(device: Any) -> bool:
