@@ -316,6 +316,48 @@ def time_sides(entries: dict, runner: Callable, timer: Callable, compiles: int) 
         e["ratio"] = e["sides"]["stock"]["mean_us"] / e["sides"]["overlay"]["mean_us"]
 
 
+def compile_sides(step, call, errs, entries: dict, first_inputs: tuple, dynamic: bool,
+                  device: str, compile, compiles: int) -> tuple[dict, dict]:
+    """Each side compiled ``compiles`` times, cold (one cache a compile), alternating with
+    the other side, and run at each batch of ``entries``: its (re)compile times, and its
+    first compile's errors (``errs``), counters and code. ``dynamic``: the batch dim of
+    ``first_inputs`` is marked dynamic. Returns the compiled steps and each side's code."""
+    from torch._dynamo.utils import counters
+    from torch._inductor.utils import fresh_cache
+
+    batches, compiled, codes = list(entries), {}, {"stock": [], "overlay": []}
+    # Dynamo counts every side's compiles against one limit
+    with torch._dynamo.config.patch(recompile_limit=max(8, 4 * compiles)):
+        for c in range(compiles):  # sides alternate, as in the timed passes
+            for side in ("stock", "overlay")[::1 if c % 2 == 0 else -1]:
+                compiled[side, c] = compile(fresh(step), fullgraph=True)
+                before = dict(counters["inductor"])
+                with fresh_cache():  # one cache a compile, its recompiles' too
+                    for b in batches:
+                        graphs, first = counters["stats"]["unique_graphs"], b == batches[0]
+                        with side_config(side), output_code(codes[side] if c == 0 else None):
+                            if dynamic and first:
+                                for t in first_inputs:
+                                    torch._dynamo.mark_dynamic(t, 0)
+                            start = time.perf_counter()
+                            call(compiled[side, c], b)
+                            if device == "cuda":
+                                torch.cuda.synchronize()
+                            seconds = time.perf_counter() - start
+                        kind = ("compile_s" if first else "recompile_s"
+                                if counters["stats"]["unique_graphs"] > graphs else None)
+                        if c == 0:
+                            with side_config(side):
+                                entries[b]["sides"][side] = errs(compiled[side, c], b)
+                        res = entries[b]["sides"][side]
+                        if kind:  # each side's fastest cold compile; all of them beside it
+                            res.setdefault(kind + "_all", []).append(seconds)
+                            res[kind] = min(res[kind + "_all"])
+                if c == 0:
+                    entries[batches[0]]["sides"][side]["counters"] = counters_fired(before)
+    return compiled, codes
+
+
 def measure_row(spec: Spec, model, row: str, device: str = "cuda", timer=kernel_us,
                 compile=torch.compile, compiles: int = 1) -> list[dict]:
     """One row of one model, both sides; one entry per batch (decode_dyn has three).
@@ -323,9 +365,6 @@ def measure_row(spec: Spec, model, row: str, device: str = "cuda", timer=kernel_
     fastest compile's time per call and its fastest compile time (errors and counters are the
     first compile's); ``same_code`` says whether the sides' first compiles generated the
     same code (then their ratio is the spread of Inductor's runtime autotuning)."""
-    from torch._dynamo.utils import counters
-    from torch._inductor.utils import fresh_cache
-
     train = row == "train"
     batches = DYN_BATCHES if row == "decode_dyn" else (1,) if row == "decode1" else (BATCH,)
     sets = {b: [make_inputs(spec, model, row, b, device, seed) for seed in range(ERR_INPUTS)]
@@ -369,36 +408,9 @@ def measure_row(spec: Spec, model, row: str, device: str = "cuda", timer=kernel_
         entries[b] = {"model": spec.name, "hidden": spec.hidden, "row": row, "batch": b,
                       "eager_err": eager["err"], "eager_rms_err": eager["rms_err"], "sides": {}}
     torch._dynamo.reset()
-    compiled, codes = {}, {"stock": [], "overlay": []}
-    # Dynamo counts every side's compiles against one limit
-    with torch._dynamo.config.patch(recompile_limit=max(8, 4 * compiles)):
-        for c in range(compiles):  # sides alternate, as in the timed passes
-            for side in ("stock", "overlay")[::1 if c % 2 == 0 else -1]:
-                compiled[side, c] = compile(fresh(step), fullgraph=True)
-                before = dict(counters["inductor"])
-                with fresh_cache():  # one cache a compile, its recompiles' too
-                    for b in batches:
-                        graphs, first = counters["stats"]["unique_graphs"], b == batches[0]
-                        with side_config(side), output_code(codes[side] if c == 0 else None):
-                            if row == "decode_dyn" and first:
-                                for t in sets[b][0]:
-                                    torch._dynamo.mark_dynamic(t, 0)
-                            start = time.perf_counter()
-                            call(compiled[side, c], b)
-                            if device == "cuda":
-                                torch.cuda.synchronize()
-                            seconds = time.perf_counter() - start
-                        kind = ("compile_s" if first else "recompile_s"
-                                if counters["stats"]["unique_graphs"] > graphs else None)
-                        if c == 0:
-                            with side_config(side):
-                                entries[b]["sides"][side] = errs(compiled[side, c], b)
-                        res = entries[b]["sides"][side]
-                        if kind:  # each side's fastest cold compile; all of them beside it
-                            res.setdefault(kind + "_all", []).append(seconds)
-                            res[kind] = min(res[kind + "_all"])
-                if c == 0:
-                    entries[batches[0]]["sides"][side]["counters"] = counters_fired(before)
+    compiled, codes = compile_sides(step, call, errs, entries, sets[batches[0]][0],
+                                    row == "decode_dyn", device, compile, compiles)
+
     def runner(side, c, b):
         return lambda: call(compiled[side, c], b)
     if device == "cuda":  # the stock side's 16-bit copies of fp32 weights among it
