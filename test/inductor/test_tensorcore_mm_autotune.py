@@ -301,9 +301,13 @@ class TestForcedConfigs(TestCase):
 
 
 class TestTensorCoreMMAutotune(TensorCoreMMTestCase):
-    def choices_offered(self, x, w, b, **config):
-        """The choices each template lowering offers under max-autotune with ``config``,
-        the first taken without benchmarking."""
+    def choices_offered(self, dynamic, **config):
+        """The choices each template lowering of a 16x512 @ 512x256 linear offers under
+        max-autotune with ``config`` (its batch dim marked dynamic if ``dynamic``), the
+        first taken without benchmarking."""
+        x, w, b = gpu_randn((16, 512), (256, 512), (256,))
+        if dynamic:
+            torch._dynamo.mark_dynamic(x, 0)
         seen = []
 
         def pick_first(name, choices, *args, **kwargs):
@@ -325,10 +329,7 @@ class TestTensorCoreMMAutotune(TensorCoreMMTestCase):
         from torch._inductor.codegen.subgraph import SubgraphChoiceCaller
         from torch._inductor.select_algorithm import TritonTemplateCaller
 
-        x, w, b = gpu_randn((16, 512), (256, 512), (256,))
-        if dynamic:
-            torch._dynamo.mark_dynamic(x, 0)
-        (choices,) = self.choices_offered(x, w, b, max_autotune_gemm_backends="TRITON")
+        (choices,) = self.choices_offered(dynamic, max_autotune_gemm_backends="TRITON")
         templates = [c for c in choices if isinstance(c, TritonTemplateCaller)]
         self.assertGreater(len(templates), 1)
         self.assertTrue(
@@ -345,13 +346,8 @@ class TestTensorCoreMMAutotune(TensorCoreMMTestCase):
         # leaves symbolic: there the split config is not offered, and the stock lowering
         # runs (a forced split config has no neighbour; the stock backends, ATen alone,
         # leave nothing to benchmark)
-        x, w, b = gpu_randn((16, 512), (256, 512), (256,))
-        if dynamic:
-            torch._dynamo.mark_dynamic(x, 0)
         seen = self.choices_offered(
-            x,
-            w,
-            b,
+            dynamic,
             max_autotune_gemm_backends="ATEN",
             tensorcore_mm_force_config=dict(SWAP, SPLIT_K=2),
         )
