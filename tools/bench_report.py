@@ -117,6 +117,7 @@ RESULTS = pathlib.Path(__file__).resolve().parent / "bench_results"
 FAMILIES = ("decode", "dynamic batch", "CUDA graphs", "HF generate", "batched", "training",
             "operators",
             "max-autotune", "freezing")
+GENERATE_CACHE = {"generate": "default cache", "generate_static": "static cache"}
 ZOO_FAMILY = {"decode1": "decode", "decode_dyn": "dynamic batch", "batch8": "batched",
               "train": "training", "generate": "HF generate", "generate_static": "HF generate"}
 # per operator family: the modes it shows, and the (faster, baseline) ratios
@@ -288,9 +289,7 @@ def zoo_table(family: str, rows: dict) -> str:
     if family == "CUDA graphs":
         return graphs_table(rows)
     if family == "HF generate":
-        return per_model_table(rows, lambda key: key[1],
-                               lambda row: f"{row.replace('generate_', '')} cache".replace(
-                                   "generate cache", "default cache"), 1)
+        return per_model_table(rows, lambda key: key[1], GENERATE_CACHE.get, 1)
     headers = ["model", "B", "stock us", "overlay us", "overlay / stock",
                "rms err stock / overlay", "peak MiB stock / overlay", "measured"]
     body = []
