@@ -300,11 +300,13 @@ class TestOverlays(TestCase):
         try:
             torch_overlay.disable("matmul_meta")
             self.assertEqual(REGISTRY.enabled(),
-                             ["prologue_downcast", "downcast_mm", "gelu_add"])
+                             ["prologue_downcast", "downcast_mm", "gelu_add",
+                              "param_cast_cache"])
         finally:
             torch_overlay.enable()
         self.assertEqual(REGISTRY.enabled(), ["prologue_downcast", "downcast_mm",
-                                              "matmul_meta", "tensorcore_mm", "gelu_add"])
+                                              "matmul_meta", "tensorcore_mm", "gelu_add",
+                                              "param_cast_cache"])
 
     def test_a_drifted_overlay_is_refused_and_the_rest_stays(self):
         drift = ("--- a/torch/_inductor/kernel/mm.py\n+++ b/torch/_inductor/kernel/mm.py\n"

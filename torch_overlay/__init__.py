@@ -78,6 +78,14 @@ OVERLAYS: tuple[Overlay, ...] = tuple(REGISTRY.register(o) for o in (
         # the gelu-add as the tensorcore_mm template's epilogue
         parts=("tensorcore_mm_gelu_add",),
     ),
+    Overlay(
+        name="param_cast_cache",
+        purpose="in a graph compiled inside an ambient autocast region, the casts of "
+                "parameters kept between calls as eager autocast keeps them, checked "
+                "against each parameter's storage and version",
+        flag="autocast_param_cache",
+        modules=("fx_passes.param_cast_cache",),
+    ),
 ))
 
 # TORCH_LOGS=tensorcore_mm works in a process that imports torch_overlay before torch
