@@ -85,6 +85,8 @@ OVERLAYS: tuple[Overlay, ...] = tuple(REGISTRY.register(o) for o in (
                 "against each parameter's storage and version",
         flag="autocast_param_cache",
         modules=("fx_passes.param_cast_cache",),
+        # a kept cast read by the tensorcore_mm decode kernels as a frozen weight is
+        parts=("tensorcore_mm_param_cast_cache",),
     ),
 ))
 

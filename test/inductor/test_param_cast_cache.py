@@ -68,12 +68,13 @@ def misses() -> int:
 class ParamCastCacheTest(TestCase):
     def setUp(self):
         super().setUp()
-        patch = config.patch(autocast_param_cache=True, autocast_param_cache_budget=2**30)
+        patch = config.patch(
+            autocast_param_cache=True, autocast_param_cache_budget=2**30
+        )
         patch.__enter__()
         self.addCleanup(patch.__exit__, None, None, None)
         counters.clear()
         param_cast_cache.clear_cache()
-        param_cast_cache._promised.clear()
 
     def assert_close_to(self, out, model, x):
         ref = cast_reference(model, x)
@@ -206,6 +207,17 @@ class ParamCastCacheTest(TestCase):
         for p, q in zip(model.parameters(), ref_model.parameters()):
             self.assertEqual(p.grad, q.grad, atol=1e-2, rtol=1e-2)
 
+    def test_graphs_share_the_casts_of_a_parameter(self):
+        model = mlp("cpu")
+        one, many = torch.compile(model), torch.compile(model, dynamic=False)
+        with torch.no_grad(), region("cpu"):
+            one(torch.randn(1, 64))
+            held = counters["inductor"]["param_cast_cache_bytes"]
+            many(torch.randn(7, 64))
+            self.assertEqual(counters["inductor"]["param_cast_cache_bytes"], held)
+        cast_bytes = sum(p.numel() * DTYPE.itemsize for p in model.parameters())
+        self.assertEqual(held, cast_bytes)
+
     def test_dynamic_batch(self):
         model = mlp("cpu")
         f = torch.compile(model, dynamic=True)
@@ -246,9 +258,9 @@ class ParamCastCacheTest(TestCase):
         f = torch.compile(model)
         with torch.no_grad(), region("cpu"):
             f(x)
-            kept = [c.clone() for e in param_cast_cache._store.entries.values() for c in e.casts]
+            kept = [k.cast.clone() for k in param_cast_cache._store.casts.values()]
             f(x)
-            now = [c for e in param_cast_cache._store.entries.values() for c in e.casts]
+            now = [k.cast for k in param_cast_cache._store.casts.values()]
         self.assertEqual(len(kept), 4)
         for a, b in zip(kept, now):
             self.assertEqual(a, b, atol=0, rtol=0)
@@ -258,11 +270,11 @@ class ParamCastCacheTest(TestCase):
         f = torch.compile(model)
         with torch.no_grad(), region("cpu"):
             f(x)
-            self.assertEqual(len(param_cast_cache._store.entries), 1)
+            self.assertEqual(len(param_cast_cache._store.casts), 4)
             del model, f
             torch._dynamo.reset()
             gc.collect()
-            self.assertEqual(len(param_cast_cache._store.entries), 0)
+            self.assertEqual(len(param_cast_cache._store.casts), 0)
 
     def test_per_thread(self):
         model, x = mlp("cpu"), torch.randn(5, 64)
@@ -274,13 +286,13 @@ class ParamCastCacheTest(TestCase):
             def other():
                 with torch.no_grad(), region("cpu"):
                     f(x)
-                    seen.append(len(param_cast_cache._store.entries))
+                    seen.append(len(param_cast_cache._store.casts))
 
             t = threading.Thread(target=other)
             t.start()
             t.join()
-            self.assertEqual(len(param_cast_cache._store.entries), 1)
-        self.assertEqual(seen, [1])
+            self.assertEqual(len(param_cast_cache._store.casts), 4)
+        self.assertEqual(seen, [4])
         self.assertEqual(misses(), 2)
 
     @config.patch({"triton.cudagraphs": True})

@@ -64,34 +64,50 @@ _data_ptr = torch.Tensor.data_ptr
 
 
 @dataclasses.dataclass
-class _Entry:
+class _Cast:
+    cast: torch.Tensor
+    version: int
+    ptr: int
+    # a parameter freed drops its cast: its id may be reused by another tensor
+    ref: weakref.ref[torch.Tensor]
+
+
+@dataclasses.dataclass
+class _Graph:
+    """One graph's casts, checked in one pass over its parameters."""
+
     casts: list[torch.Tensor]
     versions: tuple[int, ...]
     ptrs: tuple[int, ...]
-    nbytes: int
-    # a parameter freed drops the entry: its id may be reused by another tensor
-    refs: list[weakref.ref[torch.Tensor]]
 
 
 class _Store(threading.local):
     def __init__(self) -> None:
-        self.entries: dict[tuple[Any, ...], _Entry] = {}
+        # (dtype, id of each parameter) -> the casts; (id, dtype) -> one cast, which
+        # every graph reading that parameter shares
+        self.graphs: dict[tuple[Any, ...], _Graph] = {}
+        self.casts: dict[tuple[int, torch.dtype], _Cast] = {}
         self.held = 0
 
 
 _store = _Store()
 _budgets: dict[torch.device, int] = {}
-_promised: dict[torch.device, int] = {}
 _warned: set[str] = set()
+
+
+def _count_held(store: _Store) -> None:
+    counters["inductor"]["param_cast_cache_bytes"] = store.held
 
 
 def clear_cache() -> None:
     """Drop this thread's casts, as ``torch.clear_autocast_cache`` drops eager's."""
-    if _store.entries:
-        counters["inductor"]["param_cast_cache_evict"] += len(_store.entries)
-        _store.entries.clear()
-        _store.held = 0
-        counters["inductor"]["param_cast_cache_bytes"] = 0
+    store = _store
+    if store.casts:
+        counters["inductor"]["param_cast_cache_evict"] += len(store.casts)
+        store.graphs.clear()
+        store.casts.clear()
+        store.held = 0
+        _count_held(store)
 
 
 def _hook_eager_clear() -> None:
@@ -128,7 +144,9 @@ def budget(device: torch.device) -> int:
             else:
                 free = torch.get_device_module(device.type).mem_get_info(device)[0]
         except (AttributeError, RuntimeError, ValueError, OSError) as e:
-            log.warning("param_cast_cache: free memory of %s unknown (%s); no budget", device, e)
+            log.warning(
+                "param_cast_cache: free memory of %s unknown (%s); no budget", device, e
+            )
             free = 0
         _budgets[device] = free // 2
     return _budgets[device]
@@ -140,11 +158,37 @@ def _warn_once(what: str, message: str) -> None:
         log.warning(message)
 
 
-def _forget(store: _Store, key: tuple[Any, ...]) -> None:
-    entry = store.entries.pop(key, None)
-    if entry is not None:
-        store.held -= entry.nbytes
-        counters["inductor"]["param_cast_cache_evict"] += 1
+def _forget(store: _Store, key: tuple[int, torch.dtype]) -> None:
+    kept = store.casts.pop(key, None)
+    if kept is None:
+        return
+    store.held -= kept.cast.nbytes
+    counters["inductor"]["param_cast_cache_evict"] += 1
+    _count_held(store)
+    for graph in [g for g in store.graphs if g[0] == key[1] and key[0] in g[1:]]:
+        del store.graphs[graph]
+
+
+def _cast(store: _Store, param: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The kept cast of one parameter, made or remade where stale; a new one is kept
+    while the budget allows."""
+    key = (id(param), dtype)
+    kept = store.casts.get(key)
+    if kept is not None and (kept.version, kept.ptr) == (param._version, param.data_ptr()):
+        return kept.cast
+    if kept is not None:
+        _forget(store, key)
+    with torch.no_grad():
+        cast = param.to(dtype)
+    if store.held + cast.nbytes > budget(param.device):
+        counters["inductor"]["param_cast_cache_over_budget"] += 1
+        _warn_once("budget", "param_cast_cache: over its budget; casting on every call")
+        return cast
+    ref = weakref.ref(param, lambda _, k=key, s=store: _forget(s, k))
+    store.casts[key] = _Cast(cast, param._version, param.data_ptr(), ref)
+    store.held += cast.nbytes
+    _count_held(store)
+    return cast
 
 
 def lookup(params: list[torch.Tensor], dtype: torch.dtype) -> list[torch.Tensor]:
@@ -153,28 +197,19 @@ def lookup(params: list[torch.Tensor], dtype: torch.dtype) -> list[torch.Tensor]
     key = (dtype, *map(id, params))
     versions = tuple(map(_version, params))
     ptrs = tuple(map(_data_ptr, params))
-    entry = store.entries.get(key)
-    if entry is not None and entry.versions == versions and entry.ptrs == ptrs:
+    graph = store.graphs.get(key)
+    if graph is not None and graph.versions == versions and graph.ptrs == ptrs:
         counters["inductor"]["param_cast_cache_hit"] += 1
-        return entry.casts
+        return graph.casts
     counters["inductor"]["param_cast_cache_miss"] += 1
-    if entry is not None:
-        _forget(store, key)
-    with torch.no_grad():
-        casts = [p.to(dtype) for p in params]
     if not _in_region() or not all(p.is_leaf and p.requires_grad for p in params):
         # eager keeps only parameters' casts, and only inside a region
-        return casts
-    nbytes = sum(c.nbytes for c in casts)
-    if store.held + nbytes > budget(params[0].device):
-        counters["inductor"]["param_cast_cache_over_budget"] += 1
-        _warn_once("budget", "param_cast_cache: over its budget; casting on every call")
-        return casts
+        with torch.no_grad():
+            return [p.to(dtype) for p in params]
     _hook_eager_clear()
-    refs = [weakref.ref(p, lambda _, k=key, s=store: _forget(s, k)) for p in params]
-    store.entries[key] = _Entry(casts, versions, ptrs, nbytes, refs)
-    store.held += nbytes
-    counters["inductor"]["param_cast_cache_bytes"] = store.held
+    casts = [_cast(store, p, dtype) for p in params]
+    if all((id(p), dtype) in store.casts for p in params):
+        store.graphs[key] = _Graph(casts, versions, ptrs)
     return casts
 
 
@@ -213,7 +248,11 @@ def _ambient_dtypes() -> dict[str, torch.dtype]:
     """Device type -> autocast dtype of the ambient region the graph was traced in, where
     its cache is on."""
     context = TracingContext.try_get()
-    state = {k: v[1] for k, v in context.global_context.global_state.items()} if context else {}
+    state = (
+        {k: v[1] for k, v in context.global_context.global_state.items()}
+        if context
+        else {}
+    )
     if not state.get("autocast_cache_enabled"):
         return {}
     gpu = torch.accelerator.current_accelerator()
@@ -241,7 +280,9 @@ def _param_casts(
 ) -> dict[torch.dtype, list[tuple[torch.fx.Node, list[torch.fx.Node]]]]:
     """Per dtype, the parameters (graph inputs AOTAutograd calls static) and their casts."""
     context = TracingContext.try_get()
-    static = getattr(getattr(context, "fw_metadata", None), "static_input_indices", None)
+    static = getattr(
+        getattr(context, "fw_metadata", None), "static_input_indices", None
+    )
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     if not static or any(n.name.startswith("tangents") for n in placeholders):
         return {}
@@ -265,17 +306,16 @@ def _param_casts(
 def _within_budget(
     params: list[tuple[torch.fx.Node, list[torch.fx.Node]]], dtype: torch.dtype
 ) -> list[tuple[torch.fx.Node, list[torch.fx.Node]]]:
-    """The parameters whose casts fit what the device's budget has not yet promised to
-    other graphs; the rest keep their casts, fused into the matmul where it can."""
-    kept = []
+    """The parameters whose casts fit the device's budget, in graph order; the rest keep
+    their casts in the graph, fused into the matmul where it can."""
+    kept, nbytes = [], 0
     for param, casts in params:
         value = param.meta["val"]
-        nbytes = value.numel() * dtype.itemsize
-        device = value.device
-        if _promised.get(device, 0) + nbytes > budget(device):
+        size = value.numel() * dtype.itemsize
+        if nbytes + size > budget(value.device):
             counters["inductor"]["param_cast_cache_over_budget"] += 1
             continue
-        _promised[device] = _promised.get(device, 0) + nbytes
+        nbytes += size
         kept.append((param, casts))
     return kept
 

@@ -327,11 +327,24 @@ def _constant(node: torch.fx.Node, i: int, given: Any, dtype: torch.dtype) -> bo
     val = _val(arg)
     return (
         isinstance(arg, torch.fx.Node)
-        and arg.op == "get_attr"
+        and (arg.op == "get_attr" or _kept_cast(arg))
         and val is not None
         and val.dtype == dtype
         and given.get_dtype() == dtype
         and _materialized(given)
+    )
+
+
+def _kept_cast(arg: torch.fx.Node) -> bool:
+    """A parameter's cast kept across calls (``config.autocast_param_cache``): a 16-bit
+    weight in memory, as a frozen one is."""
+    kept = getattr(torch.ops.inductor, "cached_casts", None)
+    return (
+        kept is not None
+        and arg.op == "call_function"
+        and arg.target is operator.getitem
+        and isinstance(arg.args[0], torch.fx.Node)
+        and arg.args[0].target is kept.default
     )
 
 
