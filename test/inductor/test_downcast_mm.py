@@ -10,14 +10,21 @@ with ``get_code`` (nothing runs), the values on a GPU.
 """
 
 import dataclasses
+import types
+
+import sympy
 
 import torch
 import torch.nn.functional as F
+from torch._dynamo.source import ConstantSource
 from torch._dynamo.utils import counters
 from torch._inductor import config
+from torch._inductor.heuristics.template import downcast_mm as downcast_heuristics
 from torch._inductor.kernel import mm_downcast_plan as downcast_plan
 from torch._inductor.test_case import run_tests, TestCase
 from torch._inductor.utils import get_code, is_big_gpu, run_and_get_code
+from torch._inductor.virtualized import V
+from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv
 from torch.testing import FileCheck
 from torch.testing._internal.common_utils import (
     instantiate_parametrized_tests,
@@ -74,6 +81,24 @@ class TestDowncastMMPlan(TestCase):
         ).configs
         self.assertGreater(len(configs), 1)
         self.assertEqual(len(set(configs)), len(configs))
+
+
+class TestDowncastMMProblem(TestCase):
+    def test_unbounded_m_has_no_plan(self):
+        # a symbolic M without a maximum: its bound is torch's int_oo, which sympy calls
+        # finite but no integer can hold
+        shape_env = ShapeEnv()
+        m = shape_env.create_symbol(
+            8, source=ConstantSource("m"), dynamic_dim=DimDynamic.DYNAMIC
+        )
+        graph = types.SimpleNamespace(
+            sizevars=types.SimpleNamespace(shape_env=shape_env)
+        )
+        with V.set_graph_handler(graph):
+            self.assertIsNone(downcast_heuristics._m_max(m))
+            self.assertEqual(downcast_heuristics._m_max(sympy.Integer(8)), 8)
+            shape_env.constrain_symbol_range(m, compiler_min=2, compiler_max=64)
+            self.assertEqual(downcast_heuristics._m_max(m), 64)
 
 
 @instantiate_parametrized_tests

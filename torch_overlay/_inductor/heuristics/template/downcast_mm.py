@@ -90,7 +90,8 @@ def _m_max(m: sympy.Expr) -> int | None:
     if isinstance(m, (int, sympy.Integer)):
         return int(m)
     upper = V.graph.sizevars.shape_env.bound_sympy(m).upper
-    return int(upper) if upper.is_finite else None
+    # sympy's oo and torch's int_oo are no Integer
+    return int(upper) if isinstance(upper, sympy.Integer) else None
 
 
 def downcast_problem(kernel_inputs: MMKernelInputs, op_name: str) -> DowncastMM | None:
