@@ -70,7 +70,7 @@ def derive(case: dict, ceilings: dict) -> dict:
 
 def new_document(env: dict, ceilings: dict | None, settings: dict) -> dict:
     return {"schema": 1, "env": env, "ceilings": ceilings, "settings": settings,
-            "results": [], "compile_only": []}
+            "results": []}
 
 
 def upsert(doc: dict, case_result: dict) -> dict:
