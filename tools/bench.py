@@ -289,7 +289,7 @@ def run_benchmarks(plan, doc: dict, args) -> None:
             continue
         log(f"[{i}/{len(plan)} {elapsed:4.0f} s] {case.id} ({case.flops / 1e9:.3g} GFLOP, "
             f"{case.bytes / 1e6:.1f} MB): {', '.join(modes)}")
-        floor = floor_ms(case.flops, case.bytes, ceilings)[0]
+        floor = floor_ms(case.flops, case.bytes, ceilings)
         try:
             record = measure_case(
                 case, modes, overlays=args.overlays, force=args.force,

@@ -52,7 +52,6 @@ MODES: dict[str, Mode] = {m.name: m for m in (
 )}
 # what a run measures unless --modes names others
 DEFAULT_MODES = tuple(m for m in MODES if m != "prologue-max-autotune")
-STOCK_MODES = ("stock", "stock-max-autotune", "stock_freezing")
 
 
 # -- cases ------------------------------------------------------------------------
