@@ -61,6 +61,14 @@ def git(cwd: pathlib.Path, *args: str, check: bool = True, input: str | None = N
     return proc
 
 
+def commit_all(repo: pathlib.Path, *args: str, input: str | None = None,
+               env: dict[str, str] | None = None) -> str:
+    """Commit every change in ``repo`` (``args``: the message's options); its hash."""
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", *args, input=input, env=env)
+    return git(repo, "rev-parse", "HEAD").stdout.strip()
+
+
 def read_source(path: pathlib.Path) -> bytes:
     """The one place the export reads an overlay's files (tests substitute it)."""
     return path.read_bytes()
@@ -276,8 +284,7 @@ def pristine_tree(dest: pathlib.Path) -> pathlib.Path:
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, target)
     git(dest, "init", "-q", "-b", "main")
-    git(dest, "add", "-A")
-    git(dest, "commit", "-q", "-m", f"pristine torch {info['torch']} ({info['git_version']})")
+    commit_all(dest, "-m", f"pristine torch {info['torch']} ({info['git_version']})")
     return dest
 
 
@@ -386,13 +393,11 @@ def commit_series(repo: pathlib.Path, overlays: list[OverlayExport], work: pathl
             for diff in reversed(part.diffs):
                 if diff_target(diff) in {**overlay.files, **overlay.tests}:
                     _apply_diff(repo, part, diff, work / "diffs", info, reverse=True)
-        git(repo, "add", "-A")
         if added_only:
-            git(repo, "commit", "-q", "--allow-empty", "-m", overlay.name)
+            commits.append(commit_all(repo, "--allow-empty", "-m", overlay.name))
         else:
-            git(repo, "commit", "-q", "--cleanup=whitespace", "-F", "-",
-                input=commit_message(overlay), env=authorship(overlay))
-        commits.append(git(repo, "rev-parse", "HEAD").stdout.strip())
+            commits.append(commit_all(repo, "--cleanup=whitespace", "-F", "-",
+                                      input=commit_message(overlay), env=authorship(overlay)))
     return commits
 
 
@@ -495,9 +500,7 @@ def rebased_parts(overlays: list[OverlayExport], path: str,
     git(repo.parent, "init", "-q", "-b", "main", repo.name)
     (repo / path).parent.mkdir(parents=True, exist_ok=True)
     (repo / path).write_bytes(read_source(source))
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "whole")
-    states = [git(repo, "rev-parse", "HEAD").stdout.strip()]
+    states = [commit_all(repo, "-m", "whole")]
     for part, diff in reversed(diffs):
         staged = work / f"{part}.diff"
         staged.write_bytes(read_source(diff))
@@ -509,8 +512,7 @@ def rebased_parts(overlays: list[OverlayExport], path: str,
         else:
             return {}, (f"part {part}: {rel(diff)} no longer applies to {rel(source)} (lines it "
                         f"adds changed there): edit it by hand\n" + _hunk_report(proc.stderr))
-        git(repo, "commit", "-q", "-a", "-m", f"before {part}")
-        states.insert(0, git(repo, "rev-parse", "HEAD").stdout.strip())
+        states.insert(0, commit_all(repo, "-m", f"before {part}"))
     texts = {}
     for (part, diff), before, after in zip(diffs, states, states[1:]):
         text = git(repo, "diff", before, after, "--", path).stdout
@@ -579,22 +581,19 @@ def _import_time_statements(body: list[ast.stmt]) -> Iterable[ast.stmt]:
 
 
 def _targets(node: ast.stmt) -> list[ast.expr]:
+    """What an assignment statement assigns to, tuples unpacked."""
     if isinstance(node, ast.Assign):
         found = list(node.targets)
     elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
         found = [node.target]
     else:
         return []
-    out = []
-    while found:
-        t = found.pop()
+    for t in found:  # grows while it runs: the elements of a tuple target
         if isinstance(t, (ast.Tuple, ast.List)):
-            found.extend(t.elts)
+            found += t.elts
         elif isinstance(t, ast.Starred):
             found.append(t.value)
-        else:
-            out.append(t)
-    return out
+    return [t for t in found if not isinstance(t, (ast.Tuple, ast.List, ast.Starred))]
 
 
 def _root(expr: ast.expr) -> str | None:
@@ -743,11 +742,9 @@ def style_fix(paths: Iterable[pathlib.Path]) -> list[str]:
         shutil.copyfile(STYLE, tree / "pyproject.toml")
         for src in paths:
             # under its upstream name, so that per-file settings apply as upstream's
-            rel_path = rel(src.resolve())
-            if "/_inductor/" in rel_path:
-                name = "torch/_inductor/" + rel_path.split("/_inductor/", 1)[1]
-            else:
-                name = rel_path if not pathlib.Path(rel_path).is_absolute() else src.name
+            name = tree_path(str(src.resolve()))
+            if pathlib.Path(name).is_absolute():  # not a project file
+                name = src.name
             f = tree / name
             f.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(src, f)
@@ -765,16 +762,16 @@ def style_fix(paths: Iterable[pathlib.Path]) -> list[str]:
 # -- --check -------------------------------------------------------------------
 
 
-def apply_series(repo: pathlib.Path, patches: pathlib.Path) -> list[str]:
-    """``git am`` each patch of the series; ExportError naming the patch and hunk on failure."""
-    names = (patches / "series").read_text().split()
-    for name in names:
+def apply_series(repo: pathlib.Path, patches: pathlib.Path,
+                 names: list[str] | None = None) -> None:
+    """``git am`` each patch of the series (or ``names``); ExportError naming the patch and
+    hunk on failure."""
+    for name in names or (patches / "series").read_text().split():
         patch = patches / name
         check = git(repo, "apply", "--check", "-v", str(patch), check=False)
         if check.returncode != 0:
             raise ExportError(f"patch {name} does not apply:\n{_hunk_report(check.stderr.strip())}")
         git(repo, "am", "-q", str(patch))
-    return names
 
 
 def _hunk_report(git_output: str) -> str:
@@ -960,11 +957,7 @@ def _check_in(tmp: pathlib.Path, t0: float, run_tests, compare_junit, pytest_arg
         raise ExportError("patches/series does not have one patch per overlay and part")
     ok, patched, new_modules = True, {}, []
     for i, (name, overlay) in enumerate(zip(names, overlays)):
-        single = tmp / f"one_{i}"
-        single.mkdir()
-        shutil.copyfile(PATCHES / name, single / name)
-        (single / "series").write_text(name + "\n")
-        apply_series(tree, single)
+        apply_series(tree, PATCHES, [name])
         comp = subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree / "torch")],
                               capture_output=True, text=True)
         if comp.returncode != 0:
