@@ -170,27 +170,44 @@ def build_call(mode: Mode, case: Case) -> Callable:
     return case.step(case.fn)
 
 
+def checked_and_timed(call: Callable[[], object], error_of: Callable, tol: float,
+                      time_it: Callable[[], float], device: str) -> dict:
+    """Compile (the first call), check against the reference, time: a wrong result is
+    never timed, and a failure is a result (one must not end the run)."""
+    try:
+        start = time.perf_counter()
+        out = call()
+        synchronize(device)
+        result = {"status": "ok", "compile_s": time.perf_counter() - start, **error_of(out)}
+        del out
+        if is_wrong(result["error"], tol):
+            result["status"] = "WRONG"
+        else:
+            result["ms"] = time_it()
+        return result
+    except Exception as e:
+        return {"status": "failed", "message": one_line(e)}
+
+
 def measure_mode(case, mode, input_sets, ref, tol, *, device, timer, build, overlays, force):
     if not applies(mode, case):
         return {"status": "n/a"}
+
+    def time_it():
+        if timer is graph_ms:  # one replay calls every input set once
+            return graph_ms(lambda: [call(*s) for s in input_sets]) / len(input_sets)
+        return timer(rotating(call, input_sets))
     try:
         with mode_context(mode, overlays, force):
             call = build(mode, case)
-            start = time.perf_counter()
-            outputs = call(*input_sets[0])  # compiles, for a compiled mode
-            synchronize(device)
-            compile_s = time.perf_counter() - start if mode.compile_mode else None
-            error = relative_error(outputs, ref)
-            del outputs
-            if is_wrong(error, tol):  # a wrong result is never timed
-                return {"status": "WRONG", "compile_s": compile_s, "error": error}
-            if timer is graph_ms:  # one replay calls every input set once
-                ms = graph_ms(lambda: [call(*s) for s in input_sets]) / len(input_sets)
-            else:
-                ms = timer(rotating(call, input_sets))
-        return {"status": "ok", "ms": ms, "compile_s": compile_s, "error": error}
-    except Exception as e:  # one mode's failure must not end the run
+            result = checked_and_timed(lambda: call(*input_sets[0]),
+                                       lambda out: {"error": relative_error(out, ref)}, tol,
+                                       time_it, device)
+    except Exception as e:  # entering the mode (its overlays) or building its call
         return {"status": "failed", "message": one_line(e)}
+    if not mode.compile_mode and "compile_s" in result:  # eager: no compile
+        result["compile_s"] = None
+    return result
 
 
 def case_record(case: Case) -> dict:
@@ -340,30 +357,20 @@ def model_row(record: dict, name: str, eager: torch.Tensor, ref: torch.Tensor) -
 
 def time_row(call: Callable, check: Callable, tol: float, *, timer, deadline: float,
              device: str) -> dict:
-    """Compile (the first call), check, time; a wrong result is never timed."""
+    """``checked_and_timed``, with the peak memory of this row alone (what earlier rows
+    left is freed first); a row past the deadline is skipped."""
     if time.perf_counter() > deadline:
         return {"status": "skipped", "reason": "time budget spent"}
     cuda = device == "cuda"  # the CPU runs the models' loop in the tests
-    try:
-        synchronize(device)
-        if cuda:  # the peak of this row alone: what earlier rows left is freed first
-            gc.collect()
-            torch.cuda.reset_peak_memory_stats()
-        resident = torch.cuda.memory_allocated() if cuda else 0
-        start = time.perf_counter()
-        out = call()
-        synchronize(device)
-        result = {"status": "ok", "compile_s": time.perf_counter() - start, **check(out)}
-        del out
-        if is_wrong(result["error"], tol):
-            result["status"] = "WRONG"
-        else:
-            result["ms"] = timer(call)
-        if cuda:
-            result["peak_GB"] = (torch.cuda.max_memory_allocated() - resident) / 1e9
-        return result
-    except Exception as e:  # one row's failure must not end the run
-        return {"status": "failed", "message": one_line(e)}
+    synchronize(device)
+    if cuda:
+        gc.collect()
+        torch.cuda.reset_peak_memory_stats()
+    resident = torch.cuda.memory_allocated() if cuda else 0
+    result = checked_and_timed(call, check, tol, lambda: timer(call), device)
+    if cuda and result["status"] != "failed":
+        result["peak_GB"] = (torch.cuda.max_memory_allocated() - resident) / 1e9
+    return result
 
 
 def train_step(model, loss_fn: Callable, tokens, targets, fused: bool) -> Callable:
