@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmark torch_overlay against stock Inductor, side by side, on this GPU.
 
-    python tools/bench.py [ops] --out DIR     operators in every mode (about 6 min on an H200)
+    python tools/bench.py [ops] --out DIR     operators, default modes (about 6 min on an H200)
     python tools/bench.py ops --quick         smoke run: two cases, three modes (under a minute)
     python tools/bench.py models --out DIR    decoder stacks (under 10 min on an H200)
     python tools/bench.py zoo --out DIR       transformers architectures (tools/bench_zoo.py)
