@@ -264,13 +264,19 @@ def zoo_order(item) -> tuple:
             batch)
 
 
+# the zoo families shown one line a model: the column of a row's key (model, row, batch),
+# its header, the digits of the times, whether a ratio says "same code"
+PER_MODEL = {
+    "dynamic batch": (lambda key: key[2], lambda b: f"B = {b}: stock / overlay us", 1, False),
+    "CUDA graphs": (lambda key: key[1:],
+                    lambda c: f"{c[0].replace('decode_dyn', 'dynamic')} B = {c[1]}", 0, True),
+    "HF generate": (lambda key: key[1], GENERATE_CACHE.get, 1, False),
+}
+
+
 def zoo_table(family: str, rows: dict) -> str:
-    if family == "dynamic batch":
-        return dynamic_table(rows)
-    if family == "CUDA graphs":
-        return graphs_table(rows)
-    if family == "HF generate":
-        return per_model_table(rows, lambda key: key[1], GENERATE_CACHE.get, 1)
+    if family in PER_MODEL:
+        return per_model_table(rows, *PER_MODEL[family])
     headers = ["model", "B", "stock us", "overlay us", "overlay / stock",
                "rms err stock / overlay", "peak MiB stock / overlay", "measured"]
     body = []
@@ -287,7 +293,7 @@ def zoo_table(family: str, rows: dict) -> str:
     return markdown_table(headers, body)
 
 
-def per_model_table(rows: dict, column, header, digits: int, same_code: bool = False) -> str:
+def per_model_table(rows: dict, column, header, digits: int, same_code: bool) -> str:
     """One line a model: stock / overlay us (overlay / stock) per column of its rows' keys."""
     columns = sorted({column(key) for key in rows})
     cells: dict[str, dict] = {}
@@ -302,19 +308,6 @@ def per_model_table(rows: dict, column, header, digits: int, same_code: bool = F
     return markdown_table(headers, [[model] + [line.get(c, "-") for c in columns]
                                     + ["; ".join(sorted(line["measured"]))]
                                     for model, line in cells.items()])
-
-
-def graphs_table(rows: dict) -> str:
-    """Per mode, row and batch."""
-    return per_model_table(
-        rows, lambda key: key[1:],
-        lambda c: f"{c[0].replace('decode_dyn', 'dynamic')} B = {c[1]}", 0, same_code=True)
-
-
-def dynamic_table(rows: dict) -> str:
-    """At each batch size."""
-    return per_model_table(rows, lambda key: key[2],
-                           lambda b: f"B = {b}: stock / overlay us", 1)
 
 
 def stacks_table(rows: dict) -> str:
