@@ -182,44 +182,42 @@ def parse_diff(text: str) -> dict[str, FilePatch]:
     lines = text.splitlines()
     i, current, new_file = 0, None, False
     while i < len(lines):
-        line = lines[i]
+        line, i = lines[i], i + 1
         if line.startswith("diff --git "):
             current, new_file = None, False
         elif line.startswith("new file mode"):
             new_file = True
-        elif line.startswith("--- ") and i + 1 < len(lines) and lines[i + 1].startswith("+++ "):
+        elif line.startswith("--- ") and i < len(lines) and lines[i].startswith("+++ "):
             new_file = new_file or line[4:].strip() == "/dev/null"
-            path = lines[i + 1][4:].strip().split("\t")[0].removeprefix("b/")
+            path = lines[i][4:].strip().split("\t")[0].removeprefix("b/")
             current = files.setdefault(path, FilePatch(path, new_file, [], {}))
-            i += 2
-            continue
-        elif (m := _HUNK.match(line)) and current is not None:
-            old_left = int(m["old_n"]) if m["old_n"] is not None else 1
-            new_no = int(m["new"])
-            new_left = int(m["new_n"]) if m["new_n"] is not None else 1
-            hunk: list[str] = []
             i += 1
-            while i < len(lines) and (old_left > 0 or new_left > 0):
-                body = lines[i] if lines[i] else " "  # an empty context line stripped of its space
-                kind = body[0]
-                if kind == "\\":  # "\ No newline at end of file"
-                    i += 1
-                    continue
-                if kind not in " +-":
-                    break
-                hunk.append(body)
-                if kind in " -":
-                    old_left -= 1
-                if kind in " +":
-                    if kind == "+":
-                        current.added[new_no] = body[1:]
-                    new_no += 1
-                    new_left -= 1
-                i += 1
-            current.hunks.append(tuple(hunk))
-            continue
-        i += 1
+        elif (m := _HUNK.match(line)) and current is not None:
+            i = _read_hunk(lines, i, m, current)
     return files
+
+
+def _read_hunk(lines: list[str], i: int, header: re.Match, fp: FilePatch) -> int:
+    """Add to ``fp`` the hunk of ``header`` whose body starts at ``lines[i]``; the index
+    past it."""
+    old_left, new_left = (int(n) if n is not None else 1 for n in header.group("old_n", "new_n"))
+    new_no, hunk = int(header["new"]), []
+    while i < len(lines) and (old_left > 0 or new_left > 0):
+        body = lines[i] or " "  # an empty context line stripped of its space
+        if body[0] not in " +-\\":
+            break
+        i += 1
+        if body[0] == "\\":  # "\ No newline at end of file"
+            continue
+        hunk.append(body)
+        if body[0] in " -":
+            old_left -= 1
+        if body[0] in " +":
+            if body[0] == "+":
+                fp.added[new_no] = body[1:]
+            new_no, new_left = new_no + 1, new_left - 1
+    fp.hunks.append(tuple(hunk))
+    return i
 
 
 def check_same_hunks(overlay: OverlayExport, patch: pathlib.Path) -> None:
