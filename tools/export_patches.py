@@ -88,13 +88,19 @@ def rel(path: pathlib.Path) -> str:
 class OverlayExport:
     name: str
     flag: str                      # its torch._inductor.config flag
-    requires: tuple[str, ...]
     diffs: list[pathlib.Path]      # .diff files, applied in this order
     files: dict[str, pathlib.Path]  # upstream path -> source file (new modules, templates)
     tests: dict[str, pathlib.Path]  # upstream path -> source file (test, expect files)
-    test_file: str                 # its test module, tree-relative (test/inductor/test_<name>.py)
-    message: pathlib.Path          # patches/<name>.md
     part_of: str | None = None     # a further patch of this overlay (Overlay.parts)
+
+    @property
+    def test_file(self) -> str:
+        """Its test module, tree-relative."""
+        return f"test/inductor/test_{self.name}.py"
+
+    @property
+    def message(self) -> pathlib.Path:
+        return PATCHES / f"{self.name}.md"
 
 
 def module_files(module: str) -> tuple[str, pathlib.Path]:
@@ -113,7 +119,8 @@ def templates_loaded(source: pathlib.Path, text: str) -> list[pathlib.Path]:
             if re.search(rf"['\"]{re.escape(tpl.name.split('.')[0])}['\"]", text)]
 
 
-def overlay_tests(name: str) -> tuple[dict[str, pathlib.Path], str]:
+def overlay_tests(name: str) -> dict[str, pathlib.Path]:
+    """Its test module and the expect files of the test classes there."""
     path = f"test/inductor/test_{name}.py"
     test = REPO / path
     if not test.exists():
@@ -124,7 +131,7 @@ def overlay_tests(name: str) -> tuple[dict[str, pathlib.Path], str]:
     for expect in sorted((REPO / "test" / "inductor" / "expect").glob("*.expect")):
         if expect.name.partition(".")[0] in classes:
             files[f"test/inductor/expect/{expect.name}"] = expect
-    return files, path
+    return files
 
 
 def collect() -> list[OverlayExport]:
@@ -144,11 +151,9 @@ def collect() -> list[OverlayExport]:
             files[path] = source
             for tpl in templates_loaded(source, read_source(source).decode()):
                 files[str(pathlib.PurePosixPath(path).parent / "templates" / tpl.name)] = tpl
-        tests, test_file = overlay_tests(name)
         edits = [*overlay.own_edit_files, *sorted(LOGGING_EDITS.glob(f"*.{name}.diff"))]
         diffs = [p for p in edits if not VARIANT.search(p.name)]
-        out.append(OverlayExport(name, overlay.flag, tuple(overlay.requires), diffs,
-                                 files, tests, test_file, PATCHES / f"{name}.md"))
+        out.append(OverlayExport(name, overlay.flag, diffs, files, overlay_tests(name)))
         for part in overlay.parts:
             # its edits of upstream files (flags among them), then of the files earlier
             # patches add (whose files here hold them)
@@ -156,9 +161,8 @@ def collect() -> list[OverlayExport]:
                      *sorted(SERIES.rglob(f"*.{part}.diff"))]
             if not diffs:
                 raise ExportError(f"overlay {name}: part {part} has no *.{part}.diff")
-            tests, test_file = overlay_tests(part)
-            out.append(OverlayExport(part, overlay.flag, (name,), diffs, {}, tests, test_file,
-                                     PATCHES / f"{part}.md", part_of=name))
+            out.append(OverlayExport(part, overlay.flag, diffs, {}, overlay_tests(part),
+                                     part_of=name))
     return out
 
 
