@@ -399,6 +399,17 @@ class TestToolsLayout(TestCase):
                        for d in graph[start])
         self.assertEqual([n for n in graph if reaches(n, n)], [])
 
+    def test_functions_stay_short(self):
+        """Upstream's style, as in the package: a longer function is split into helpers."""
+        import ast
+
+        long = [f"{path.name}:{n.name} ({n.end_lineno - n.lineno + 1} lines)"
+                for path in sorted((REPO / "tools").glob("*.py"))
+                for n in ast.walk(ast.parse(path.read_text()))
+                if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                and n.end_lineno - n.lineno + 1 > 80]
+        self.assertEqual(long, [])
+
 
 class TestPublished(TestCase):
     """BENCHMARKS.md is `python tools/bench.py report` of tools/bench_results/*.json."""
