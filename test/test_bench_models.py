@@ -4,8 +4,7 @@
 
 The models' definitions (the KV cache against the causal forward, in fp64), their
 accounting, the measuring loop (on the CPU, with the compile and the timer injected),
-the report, the refusal without a GPU, and a compile-only run of a tiny model through
-the GPU-free harness, so CI catches a model that no longer compiles.
+the report and the refusal without a GPU.
 """
 from __future__ import annotations
 
@@ -157,7 +156,7 @@ class TestFreezingModes(TestCase):
 
     def test_weights_become_parameters(self):
         case = next(c for c in all_cases(["mlp"]) if not c.train)
-        inputs = tuple(torch.randn(t.shape) for t in case.make_inputs(bench.meta_rand))
+        inputs = case.make_inputs(lambda shape, dtype, scale=1.0: torch.randn(shape, dtype=dtype))
         module = bench.Weights(case.fn, case.weight_args, inputs)
         self.assertEqual(len(list(module.parameters())), 4)
         self.assertEqual(module.weights[0].data_ptr(), inputs[1].data_ptr())  # no copy
@@ -177,14 +176,6 @@ class TestFreezingModes(TestCase):
         torch.testing.assert_close(out, case.fn(x, w))
         torch.testing.assert_close(compiled[0].weights[0], w)
 
-    def test_mode_context_sets_freezing(self):
-        import torch._inductor.config as inductor_config
-
-        with bench.mode_context(MODES["stock_freezing"], [], False):
-            self.assertTrue(inductor_config.freezing)
-        with bench.mode_context(MODES["stock"], [], False):
-            self.assertFalse(inductor_config.freezing)
-
 
 class TestModelsCommand(TestCase):
     def test_no_gpu_refuses_in_one_line(self):
@@ -201,23 +192,6 @@ class TestModelsCommand(TestCase):
         self.assertEqual(rc, 0)
         self.assertIn("llama3-8b-2L: meta-llama/Meta-Llama-3-8B", out)
         self.assertIn("gpt2-large-4L", out)
-
-    def test_compile_only_tiny_llama(self):
-        """Stock and overlay CUDA code of a decode step for the H200, GPU-free, and the
-        training step traced forward and backward on the CPU."""
-        with tempfile.TemporaryDirectory() as tmp:
-            rc, out, _ = run_main(["models", "--compile-only", "--model-set", "tiny",
-                                   "--shapes", r"^llama-tiny/(decode B=1 \(no KV cache\)$|train)",
-                                   "--out", tmp])
-            doc = report.read_json(pathlib.Path(tmp) / "models.json")
-        self.assertEqual(rc, 0, out)
-        rows = {r["label"]: r for r in doc["compile_only"]}
-        self.assertEqual(len(rows), 2, rows)
-        decode = rows["decode B=1 (no KV cache)"]
-        self.assertNotIn("message", decode)
-        self.assertTrue(decode["code_differs"])  # tensorcore_mm takes the fp32 weights
-        train = next(r for label, r in rows.items() if label.startswith("train"))
-        self.assertNotIn("message", train)
 
     def test_report_renders_the_models(self):
         record = bench.measure_model(TINY[0], TINY_SIZES, overlays=[], force=False,

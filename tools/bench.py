@@ -1,19 +1,15 @@
 #!/usr/bin/env python3
 """Benchmark torch_overlay against stock Inductor, side by side, on this GPU.
 
-    python tools/bench.py [ops] --out bench_out  every operator and mode (about 6 min on an H200)
-    python tools/bench.py --quick             smoke run: two cases, three modes (under a minute)
-    python tools/bench.py --list              the cases, their FLOPs and bytes; runs nothing
-    python tools/bench.py --compile-only      compile time, stock against overlay, without a GPU
-    python tools/bench.py models --out bench_out  decoder stacks (under 10 min on an H200)
-    python tools/bench.py zoo --out bench_out     transformers architectures (tools/bench_zoo.py)
-    python tools/bench.py report > BENCHMARKS.md  from tools/bench_results/*.json
-    python tools/bench.py report bench_out/bench.json   one run's tables
+    python tools/bench.py [ops] --out DIR     operators, default modes (about 6 min on an H200)
+    python tools/bench.py ops --quick         smoke run: two cases, three modes (under a minute)
+    python tools/bench.py models --out DIR    decoder stacks (under 10 min on an H200)
+    python tools/bench.py zoo --out DIR       transformers architectures (tools/bench_zoo.py)
+    python tools/bench.py report [JSON ...]   BENCHMARKS.md from tools/bench_results/*.json
 
-The A/B modes of tensorcore_mm's parts run only when --modes names them, e.g.
---mnk 16x1280x5120 --modes stock,overlay,template-no-split --graph. Max-autotune runs
-after every other mode, on the required shape sets (--max-autotune all: every case),
-until --budget-s. The JSON is rewritten after each case: a killed run keeps it.
+--list prints the cases (or models) and runs nothing. Max-autotune runs after every
+other mode, on the required shape sets (--max-autotune all: every case), until
+--budget-s. The JSON is rewritten after each case: a killed run keeps it.
 """
 from __future__ import annotations
 
@@ -39,9 +35,10 @@ from bench_common import (  # noqa: E402
     REP_MS, WARMUP_MS, environment, gpu_available, log, median_ms, mode_context, one_line,
     probe_overlays, relative_error, synchronize, warm_up_compiler)
 from bench_report import (  # noqa: E402
-    derive, is_wrong, new_document, read_json, render_benchmarks, render_run, result_docs,
+    floor_ms, is_wrong, new_document, read_json, render_benchmarks, render_run, result_docs,
     tolerance, upsert, write_json)
-from bench_workloads import MODES, WORKLOADS, Case, Mode, all_cases, io_bytes  # noqa: E402
+from bench_workloads import (  # noqa: E402
+    DEFAULT_MODES, MODES, WORKLOADS, Case, Mode, all_cases, io_bytes)
 
 COMMANDS = ("ops", "models", "zoo", "report")
 QUICK_CASES = ("linear/16x4096x4096", "pointwise/float32 tanh 1M")
@@ -108,11 +105,6 @@ def make_input_sets(case: Case, device: str, l2_bytes: int) -> list[tuple[torch.
     return [first] + [case.make_inputs(rand) for _ in range(count - 1)]
 
 
-def meta_rand(shape, dtype, scale=1.0):
-    """Shape-only inputs for the GPU-free harness: no memory, no data."""
-    return torch.empty(shape, dtype=dtype, device="meta")
-
-
 def rotating(call: Callable, input_sets: list) -> Callable[[], object]:
     state = {"i": 0}
 
@@ -136,9 +128,7 @@ def check_accounting(case: Case, inputs: tuple, outputs: tuple) -> None:
 
 
 def applies(mode: Mode, case: Case) -> bool:
-    if mode.freezing:
-        return bool(case.weight_args) and not case.train
-    return not mode.addmm_activation or case.addmm_activation is not None
+    return not mode.freezing or (bool(case.weight_args) and not case.train)
 
 
 class Weights(torch.nn.Module):
@@ -173,8 +163,6 @@ def frozen_call(case: Case) -> Callable:
 
 
 def build_call(mode: Mode, case: Case) -> Callable:
-    if mode.addmm_activation:
-        return case.step(case.addmm_activation)
     if mode.freezing:
         return frozen_call(case)
     if mode.compile_mode:
@@ -182,27 +170,44 @@ def build_call(mode: Mode, case: Case) -> Callable:
     return case.step(case.fn)
 
 
+def checked_and_timed(call: Callable[[], object], error_of: Callable, tol: float,
+                      time_it: Callable[[], float], device: str) -> dict:
+    """Compile (the first call), check against the reference, time: a wrong result is
+    never timed, and a failure is a result (one must not end the run)."""
+    try:
+        start = time.perf_counter()
+        out = call()
+        synchronize(device)
+        result = {"status": "ok", "compile_s": time.perf_counter() - start, **error_of(out)}
+        del out
+        if is_wrong(result["error"], tol):
+            result["status"] = "WRONG"
+        else:
+            result["ms"] = time_it()
+        return result
+    except Exception as e:
+        return {"status": "failed", "message": one_line(e)}
+
+
 def measure_mode(case, mode, input_sets, ref, tol, *, device, timer, build, overlays, force):
     if not applies(mode, case):
         return {"status": "n/a"}
+
+    def time_it():
+        if timer is graph_ms:  # one replay calls every input set once
+            return graph_ms(lambda: [call(*s) for s in input_sets]) / len(input_sets)
+        return timer(rotating(call, input_sets))
     try:
         with mode_context(mode, overlays, force):
             call = build(mode, case)
-            start = time.perf_counter()
-            outputs = call(*input_sets[0])  # compiles, for a compiled mode
-            synchronize(device)
-            compile_s = time.perf_counter() - start if mode.compile_mode else None
-            error = relative_error(outputs, ref)
-            del outputs
-            if is_wrong(error, tol):  # a wrong result is never timed
-                return {"status": "WRONG", "compile_s": compile_s, "error": error}
-            if timer is graph_ms:  # one replay calls every input set once
-                ms = graph_ms(lambda: [call(*s) for s in input_sets]) / len(input_sets)
-            else:
-                ms = timer(rotating(call, input_sets))
-        return {"status": "ok", "ms": ms, "compile_s": compile_s, "error": error}
-    except Exception as e:  # one mode's failure must not end the run
+            result = checked_and_timed(lambda: call(*input_sets[0]),
+                                       lambda out: {"error": relative_error(out, ref)}, tol,
+                                       time_it, device)
+    except Exception as e:  # entering the mode (its overlays) or building its call
         return {"status": "failed", "message": one_line(e)}
+    if not mode.compile_mode and "compile_s" in result:  # eager: no compile
+        result["compile_s"] = None
+    return result
 
 
 def case_record(case: Case) -> dict:
@@ -263,103 +268,59 @@ def make_plan(cases: list[Case], modes: list[str],
     return plan
 
 
-def skipped(case: Case, modes: list[str], reason: str) -> dict:
+def unmeasured(case: Case, modes: list[str], result: dict) -> dict:
+    """The case's record with ``result`` (skipped, failed) for each of ``modes``."""
     record = case_record(case)
-    record["modes"] = {m: {"status": "skipped", "reason": reason} for m in modes}
+    record["modes"] = {m: dict(result) for m in modes}
     return record
 
 
-def mode_line(name: str, result: dict, record: dict, ceilings: dict) -> str:
-    scratch = derive({**record, "modes": {name: dict(result)}}, ceilings)["modes"][name]
-    status = scratch["status"]
+def progress(label: str, res: dict, tol: float, floor: float | None = None) -> str:
+    """One measurement as the run's log shows it (the JSON has the rest)."""
+    status = res["status"]
     if status == "ok":
-        rate = f"{scratch['TFLOPs']:7.1f} TFLOP/s " if "TFLOPs" in scratch else ""
-        text = (f"{scratch['ms']:.4f} ms  {rate}{scratch['GBps']:7.0f} GB/s  "
-                f"{100 * scratch['floor_fraction']:3.0f}% of floor  err {scratch['error']:.1e}")
+        of_floor = f"  {100 * floor / res['ms']:3.0f}% of floor" if floor else ""
+        text = f"{res['ms']:.4f} ms{of_floor}  err {res['error']:.1e}"
     elif status == "WRONG":
-        text = f"WRONG: error {scratch['error']:.1e} > tolerance {record['tolerance']:.1e}"
+        text = f"WRONG: error {res['error']:.1e} > tolerance {tol:.1e}"
     else:
-        text = ": ".join([status] + [scratch[k] for k in ("message", "reason") if k in scratch])
-    if scratch.get("compile_s") is not None:
-        text += f"  compile {scratch['compile_s']:.1f} s"
-    return f"    {MODES[name].short:>10}  {text}"
+        text = ": ".join([status] + [res[k] for k in ("message", "reason") if k in res])
+    if res.get("compile_s") is not None:
+        text += f"  compile {res['compile_s']:.1f} s"
+    if res.get("peak_GB") is not None:
+        text += f"  peak +{res['peak_GB']:.2f} GB"
+    return f"    {label}  {text}"
 
 
-def run_benchmarks(plan, doc: dict, out_dir: pathlib.Path, args, overlays) -> None:
-    json_path = out_dir / "bench.json"
+def run_benchmarks(plan, doc: dict, args) -> None:
+    json_path = args.out / "bench.json"
     ceilings = doc["ceilings"]
     start = time.perf_counter()
     for i, (case, modes) in enumerate(plan, 1):
         elapsed = time.perf_counter() - start
         slow = any(MODES[m].max_autotune for m in modes)
         if slow and args.budget_s and elapsed > args.budget_s:
-            upsert(doc, skipped(case, modes, f"time budget of {args.budget_s} s spent"))
+            upsert(doc, unmeasured(case, modes, {"status": "skipped", "reason":
+                                                 f"time budget of {args.budget_s} s spent"}))
             write_json(doc, json_path)
             continue
         log(f"[{i}/{len(plan)} {elapsed:4.0f} s] {case.id} ({case.flops / 1e9:.3g} GFLOP, "
             f"{case.bytes / 1e6:.1f} MB): {', '.join(modes)}")
+        floor = floor_ms(case.flops, case.bytes, ceilings)
         try:
             record = measure_case(
-                case, modes, overlays=overlays, force=args.force,
+                case, modes, overlays=args.overlays, force=args.force,
                 timer=graph_ms if args.graph else median_ms,
                 l2_bytes=torch.cuda.get_device_properties().L2_cache_size, passes=args.passes,
-                on_mode=lambda name, r, rec: log(mode_line(name, r, rec, ceilings)))
+                on_mode=lambda name, r, rec: log(progress(
+                    f"{MODES[name].short:>11}", r, rec["tolerance"], floor)))
         except Exception as e:  # the case's inputs or reference failed (out of memory, ...)
             log(f"    failed: {one_line(e)}")
-            record = case_record(case)
-            record["modes"] = {m: {"status": "failed", "message": one_line(e)} for m in modes}
+            record = unmeasured(case, modes, {"status": "failed", "message": one_line(e)})
         upsert(doc, record)
         write_json(doc, json_path)
         gc.collect()
         torch.cuda.empty_cache()
-
-
-# -- compile time without a GPU ------------------------------------------------------
-
-def compiled_code(fn: Callable, *args, mode: Mode, overlays, force) -> tuple[float, str]:
-    """Seconds and normalized code of ``fn(*args)`` compiled for the H200 through the
-    GPU-free harness (fake CUDA tensors: no kernel is built or run)."""
-    from torch_overlay.testing import get_code
-    from torch_overlay.testing.golden import normalize
-
-    with mode_context(mode, overlays, force):
-        start = time.perf_counter()
-        code = get_code(fn, *args, force_fake=True)
-        return time.perf_counter() - start, normalize(code)
-
-
-def compare_compiles(row: dict, seconds: Callable[[Mode], tuple[float, str]],
-                     stock: str = "stock", overlay: str = "overlay") -> dict:
-    """``row`` with each side's compile time and whether their code differs, or the failure."""
-    try:
-        row["stock_s"], stock_code = seconds(MODES[stock])
-        row["overlay_s"], overlay_code = seconds(MODES[overlay])
-        row["code_differs"] = stock_code != overlay_code
-        log(f"{row['id']}: stock {row['stock_s']:.2f} s, overlay {row['overlay_s']:.2f} s"
-            + (", code differs" if row["code_differs"] else ""))
-    except Exception as e:
-        row["message"] = one_line(e)
-        log(f"{row['id']}: failed: {row['message']}")
-    return row
-
-
-def compile_only(cases: list[Case], overlays, force: bool) -> list[dict]:
-    """Inductor's compile of each inference case, stock against overlay."""
-    def seconds(case, mode):
-        fn = case.step(torch.compile(case.fn, dynamic=False))
-        return compiled_code(fn, *case.make_inputs(meta_rand), mode=mode, overlays=overlays,
-                             force=force)
-
-    seconds(next(iter(all_cases(["pointwise"]))), MODES["stock"])  # warm-up
-    rows = []
-    for case in cases:
-        if case.train:
-            log(f"{case.id}: skipped (backward code generation needs a real GPU)")
-            continue
-        rows.append(compare_compiles(
-            {"id": case.id, "workload": case.workload, "label": case.label},
-            lambda mode, case=case: seconds(case, mode)))
-    return rows
 
 
 # -- models: decode, prefill and a training step of whole decoder stacks ------------
@@ -396,30 +357,20 @@ def model_row(record: dict, name: str, eager: torch.Tensor, ref: torch.Tensor) -
 
 def time_row(call: Callable, check: Callable, tol: float, *, timer, deadline: float,
              device: str) -> dict:
-    """Compile (the first call), check, time; a wrong result is never timed."""
+    """``checked_and_timed``, with the peak memory of this row alone (what earlier rows
+    left is freed first); a row past the deadline is skipped."""
     if time.perf_counter() > deadline:
         return {"status": "skipped", "reason": "time budget spent"}
     cuda = device == "cuda"  # the CPU runs the models' loop in the tests
-    try:
-        synchronize(device)
-        if cuda:  # the peak of this row alone: what earlier rows left is freed first
-            gc.collect()
-            torch.cuda.reset_peak_memory_stats()
-        resident = torch.cuda.memory_allocated() if cuda else 0
-        start = time.perf_counter()
-        out = call()
-        synchronize(device)
-        result = {"status": "ok", "compile_s": time.perf_counter() - start, **check(out)}
-        del out
-        if is_wrong(result["error"], tol):
-            result["status"] = "WRONG"
-        else:
-            result["ms"] = timer(call)
-        if cuda:
-            result["peak_GB"] = (torch.cuda.max_memory_allocated() - resident) / 1e9
-        return result
-    except Exception as e:  # one row's failure must not end the run
-        return {"status": "failed", "message": one_line(e)}
+    synchronize(device)
+    if cuda:
+        gc.collect()
+        torch.cuda.reset_peak_memory_stats()
+    resident = torch.cuda.memory_allocated() if cuda else 0
+    result = checked_and_timed(call, check, tol, lambda: timer(call), device)
+    if cuda and result["status"] != "failed":
+        result["peak_GB"] = (torch.cuda.max_memory_allocated() - resident) / 1e9
+    return result
 
 
 def train_step(model, loss_fn: Callable, tokens, targets, fused: bool) -> Callable:
@@ -511,40 +462,22 @@ def measure_model(cfg, sizes, *, overlays, force, ceilings, timer=median_ms,
     return record
 
 
-def model_line(record: dict, name: str, mode_name: str) -> str:
-    r = record["rows"][name]
-    res = r["modes"][mode_name]
-    text = f"    {name:<22} {MODES[mode_name].short:>11}  "
-    if res["status"] not in ("ok", "WRONG"):
-        return text + ": ".join([res["status"], res.get("message") or res.get("reason", "")])
-    text += (f"{res['ms']:9.4f} ms" if "ms" in res
-             else f"WRONG: error {res['error']:.1e} > tolerance {r['tolerance']:.1e}")
-    if r.get("floor_ms") and res.get("ms"):
-        text += f"  {100 * r['floor_ms'] / res['ms']:3.0f}% of weight floor"
-    text += f"  err {res['error']:.1e}"
-    if "err_eager" in res:
-        text += f" (vs eager {res['err_eager']:.1e}, max abs {res['maxabs_eager']:.2g})"
-    if res.get("compile_s") is not None:
-        text += f"  compile {res['compile_s']:.1f} s"
-    if res.get("peak_GB") is not None:
-        text += f"  peak +{res['peak_GB']:.2f} GB"
-    return text
-
-
-def run_models(configs, sizes, doc: dict, out_dir: pathlib.Path, args, overlays) -> None:
+def run_models(configs, sizes, doc: dict, args) -> None:
     start = time.perf_counter()
     deadline = start + args.budget_s if args.budget_s else math.inf
 
     def on_row(record, name, mode_name):
-        log(model_line(record, name, mode_name))
-        if not any(r is record for r in doc["models"]):
+        r = record["rows"][name]
+        log(progress(f"{name:<22} {MODES[mode_name].short:>11}", r["modes"][mode_name],
+                     r["tolerance"], r.get("floor_ms")))
+        if not any(x is record for x in doc["models"]):
             doc["models"].append(record)
-        write_json(doc, out_dir / "models.json")  # a killed run keeps what it measured
+        write_json(doc, args.out / "models.json")  # a killed run keeps what it measured
 
     for cfg in configs:
         log(f"[{time.perf_counter() - start:4.0f} s] {cfg.name} ({cfg.source})")
         try:
-            record = measure_model(cfg, sizes, overlays=overlays, force=args.force,
+            record = measure_model(cfg, sizes, overlays=args.overlays, force=args.force,
                                    ceilings=doc["ceilings"], deadline=deadline, on_row=on_row)
         except Exception as e:  # the model's build or references failed
             log(f"    failed: {one_line(e)}")
@@ -556,71 +489,7 @@ def run_models(configs, sizes, doc: dict, out_dir: pathlib.Path, args, overlays)
         torch.cuda.empty_cache()
 
 
-def compile_only_models(configs, sizes, overlays, force, select: str | None = None) -> list[dict]:
-    """Each model's inference rows compiled for the H200 (stock against overlay, and with
-    freezing), and its training step traced forward and backward on the CPU (the faked
-    GPU refuses autograd), so a broken model fails CI."""
-    import bench_models as bm
-
-    def step(m, t):
-        with torch.no_grad():
-            return torch.compile(m, dynamic=False)(t)
-
-    def seconds(mode, model, tok):
-        # The faked GPU runs no op, but AOTAutograd's copy back into a mutated buffer and
-        # the joint-graph folding of uniform constants (the causal mask) would: so the
-        # causal forward without the KV cache (test/test_bench_models.py checks the cache
-        # on the CPU), that folding off on both sides.
-        with torch._inductor.config.patch(joint_graph_constant_folding=False):
-            return compiled_code(step, model, tok, mode=mode, overlays=overlays, force=force)
-
-    rows = []
-    for cfg in configs:
-        model = bm.build(cfg, "cpu").requires_grad_(False)
-        inputs = model_inputs(cfg, sizes, "cpu")
-        train = inputs.pop("train")
-        for name, (tok, _) in inputs.items():
-            for suffix, side in (("", ""), (" freezing", "_freezing")):
-                label = f"{name} (no KV cache){suffix}"
-                row = {"id": f"{cfg.name}/{label}", "workload": cfg.name, "label": label}
-                if not select or re.search(select, row["id"]):
-                    rows.append(compare_compiles(
-                        row, lambda mode, tok=tok: seconds(mode, model, tok),
-                        "stock" + side, "overlay" + side))
-        row = {"id": f"{cfg.name}/train (CPU trace)", "workload": cfg.name,
-               "label": "train step traced fwd+bwd on CPU (aot_eager, fullgraph)"}
-        if not select or re.search(select, row["id"]):
-            rows.append(trace_train(row, model, bm.loss_fn, train))
-    return rows
-
-
-def trace_train(row: dict, model, loss_fn, train) -> dict:
-    try:
-        model.requires_grad_(True)
-        torch._dynamo.reset()
-        start = time.perf_counter()
-        loss = torch.compile(loss_fn, backend="aot_eager", fullgraph=True)(model, *train)
-        loss.backward()
-        row["stock_s"] = time.perf_counter() - start
-        log(f"{row['id']}: loss {loss.item():.3f}, traced in {row['stock_s']:.2f} s")
-    except Exception as e:
-        row["message"] = one_line(e)
-        log(f"{row['id']}: failed: {row['message']}")
-    finally:
-        torch._dynamo.reset()
-    return row
-
-
 # -- command line -------------------------------------------------------------------
-
-def select_cases(args) -> list[Case]:
-    cases = all_cases(args.workloads, args.mnk)
-    if args.quick and not args.shapes:
-        cases = [c for c in cases if c.id in QUICK_CASES]
-    if args.shapes:
-        cases = [c for c in cases if re.search(args.shapes, c.label)]
-    return cases
-
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     def names(choices):
@@ -639,10 +508,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--out", type=pathlib.Path, default=pathlib.Path("bench_out"),
                    help="directory for the JSON and its tables (default: bench_out)")
     p.add_argument("--workloads", type=names(list(WORKLOADS)), help="default: all")
-    p.add_argument("--shapes", metavar="REGEX",
-                   help="the cases whose label matches (models --compile-only: model/row id)")
+    p.add_argument("--shapes", metavar="REGEX", help="the cases whose label matches")
     p.add_argument("--modes", type=names(list(MODES)),
-                   help="default: all but the A/B modes of an overlay's parts")
+                   help=f"default: {','.join(DEFAULT_MODES)}")
     p.add_argument("--mnk", metavar="MxNxK,...",
                    type=lambda s: [tuple(int(d) for d in v.split("x")) for v in s.split(",") if v],
                    help="linear (and gelu_linear) cases of these shapes instead of the sets")
@@ -663,34 +531,28 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true",
                    help=f"smoke run: {', '.join(QUICK_CASES)}; modes {', '.join(QUICK_MODES)}")
     p.add_argument("--list", action="store_true", help="print the selected cases and exit")
-    p.add_argument("--compile-only", action="store_true",
-                   help="compile time, stock against overlay, through the GPU-free harness")
     p.add_argument("--model-set", choices=("full", "tiny"), default="full",
                    help="models: the published configs, or toy sizes of the same structure")
     return p.parse_args(argv)
 
 
-def prepare(args, argv: list[str], what: str) -> list[str] | None | int:
-    """The overlays of the overlay modes, or the exit status when the run cannot start."""
-    if not args.compile_only and not gpu_available():
-        print(f"bench.py: no CUDA GPU here; {what} needs one (--compile-only, --list and "
-              "report run without)", file=sys.stderr)
-        return 1
+def start_run(args, argv: list[str], what: str, settings: dict) -> dict | int:
+    """A run's document, with its ceilings and the compile workers started; or the exit
+    status when the run cannot start."""
     known = torch_overlay.load_overlays()
     unknown = [n for n in args.overlays or [] if n not in known]
     if unknown:
         print(f"bench.py: unknown overlay {', '.join(unknown)}; registered: "
               f"{', '.join(known) or 'none'}", file=sys.stderr)
         return 2
+    if not gpu_available():
+        print(f"bench.py: no CUDA GPU here; {what} needs one (--list and report run without)",
+              file=sys.stderr)
+        return 1
     args.out.mkdir(parents=True, exist_ok=True)
-    return probe_overlays(args.overlays, args.force)
-
-
-def new_run(argv: list[str], overlays, settings: dict, compile_only: bool) -> dict:
-    """A run's document; on the GPU, with its ceilings and the compile workers started."""
+    # the overlays the overlay modes run with, said up front
+    args.overlays = overlays = probe_overlays(args.overlays, args.force)
     settings["do_bench_ms"] = {"warmup": WARMUP_MS, "rep": REP_MS}
-    if compile_only:
-        return new_document(environment(argv, overlays), None, settings)
     log(f"{torch.cuda.get_device_name()}: measuring the ceilings")
     doc = new_document(environment(argv, overlays), measure_ceilings(), settings)
     c = doc["ceilings"]
@@ -700,14 +562,13 @@ def new_run(argv: list[str], overlays, settings: dict, compile_only: bool) -> di
     return doc
 
 
-def finish(doc: dict, json_path: pathlib.Path) -> int:
+def finish(doc: dict, json_path: pathlib.Path) -> None:
+    """The JSON, and its tables beside it."""
     write_json(doc, json_path)
-    if doc["ceilings"]:  # a measured run: its tables beside it
-        text = render_run(doc)
-        log(text)
-        json_path.with_suffix(".md").write_text(text)
+    text = render_run(doc)
+    log(text)
+    json_path.with_suffix(".md").write_text(text)
     log(f"results: {json_path}")
-    return 0
 
 
 def main_models(args, argv: list[str]) -> int:
@@ -718,23 +579,47 @@ def main_models(args, argv: list[str]) -> int:
         for cfg in configs:
             log(f"{cfg.name}: {cfg.source}; {bm.count_params(cfg) / 1e9:.3g} B parameters")
         return 0
-    overlays = prepare(args, argv, "models")
-    if isinstance(overlays, int):
-        return overlays
     settings = {"model_set": args.model_set, "sizes": dataclasses.asdict(sizes),
                 "budget_s": args.budget_s}
-    doc = new_run(argv, overlays, settings, args.compile_only)
-    if args.compile_only:
-        doc["compile_only"] = compile_only_models(configs, sizes, overlays, args.force,
-                                                  args.shapes)
-        return finish(doc, args.out / "models.json")
+    doc = start_run(args, argv, "models", settings)
+    if isinstance(doc, int):
+        return doc
     start = time.perf_counter()
     doc["models"] = []
     try:
-        run_models(configs, sizes, doc, args.out, args, overlays)
+        run_models(configs, sizes, doc, args)
     finally:
         doc["wall_s"] = time.perf_counter() - start
         finish(doc, args.out / "models.json")
+    return 0
+
+
+def main_ops(args, argv: list[str]) -> int:
+    cases = all_cases(args.workloads, args.mnk)
+    if args.quick and not args.shapes:
+        cases = [c for c in cases if c.id in QUICK_CASES]
+    if args.shapes:
+        cases = [c for c in cases if re.search(args.shapes, c.label)]
+    modes = args.modes or list(QUICK_MODES if args.quick else DEFAULT_MODES)
+    if args.list:
+        for c in cases:
+            mark = "  (max-autotune by default)" if c.required_max_autotune else ""
+            log(f"{c.id}: {c.flops / 1e9:.3g} GFLOP, {c.bytes / 1e6:.1f} MB{mark}")
+        return 0
+    if not cases:
+        print("bench.py: no case matches the selection (see --list)", file=sys.stderr)
+        return 2
+    settings = {"modes": modes, "max_autotune": args.max_autotune, "budget_s": args.budget_s,
+                "timer": "CUDA-graph replay" if args.graph else "do_bench"}
+    doc = start_run(args, argv, "ops", settings)
+    if isinstance(doc, int):
+        return doc
+    plan = make_plan(cases, modes, args.max_autotune)
+    log(f"plan: {len(plan)} steps over {len(cases)} cases; modes {', '.join(modes)}")
+    try:
+        run_benchmarks(plan, doc, args)
+    finally:
+        finish(doc, args.out / "bench.json")
     return 0
 
 
@@ -760,33 +645,7 @@ def main(argv: list[str] | None = None) -> int:
         args.budget_s = DEFAULT_MODELS_BUDGET_S if command == "models" else DEFAULT_BUDGET_S
     if command == "models":
         return main_models(args, ["models", *argv])
-    cases = select_cases(args)
-    modes = args.modes or (list(QUICK_MODES) if args.quick
-                           else [m for m in MODES if not MODES[m].ab])
-    if args.list:
-        for c in cases:
-            mark = "  (max-autotune by default)" if c.required_max_autotune else ""
-            log(f"{c.id}: {c.flops / 1e9:.3g} GFLOP, {c.bytes / 1e6:.1f} MB{mark}")
-        return 0
-    if not cases:
-        print("bench.py: no case matches the selection (see --list)", file=sys.stderr)
-        return 2
-    overlays = prepare(args, argv, "ops")
-    if isinstance(overlays, int):
-        return overlays
-    settings = {"modes": modes, "max_autotune": args.max_autotune, "budget_s": args.budget_s,
-                "timer": "CUDA-graph replay" if args.graph else "do_bench"}
-    doc = new_run(argv, overlays, settings, args.compile_only)
-    if args.compile_only:
-        doc["compile_only"] = compile_only(cases, overlays, args.force)
-        return finish(doc, args.out / "bench.json")
-    plan = make_plan(cases, modes, args.max_autotune)
-    log(f"plan: {len(plan)} steps over {len(cases)} cases; modes {', '.join(modes)}")
-    try:
-        run_benchmarks(plan, doc, args.out, args, overlays)
-    finally:
-        finish(doc, args.out / "bench.json")
-    return 0
+    return main_ops(args, argv)
 
 
 if __name__ == "__main__":

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import importlib
 import math
 import pathlib
 import platform
 import shlex
 import subprocess
 from typing import Callable
-from unittest import mock
 
 import torch
 
@@ -69,12 +67,8 @@ def mode_context(mode: Mode, overlays: list[str] | None, force: bool, fresh: boo
     try:
         if mode.overlays:
             torch_overlay.enable(list(mode.only) or overlays, force=force)
-        with contextlib.ExitStack() as stack:
-            stack.enter_context(fresh_cache() if fresh else contextlib.nullcontext())
-            stack.enter_context(torch._inductor.config.patch(freezing=mode.freezing,
-                                                             **dict(mode.config)))
-            for module, name, value in mode.replace:
-                stack.enter_context(mock.patch.object(importlib.import_module(module), name, value))
+        with fresh_cache() if fresh else contextlib.nullcontext(), \
+                torch._inductor.config.patch(freezing=mode.freezing):
             yield
     finally:
         torch_overlay.disable()

@@ -58,7 +58,7 @@ MODEL_SETS: dict[str, tuple[list[ModelConfig], Sizes]] = {
     # what `tools/bench.py models` measures
     "full": ([ModelConfig("llama3-8b-2L", layers=2, **LLAMA3_8B),
               ModelConfig("gpt2-large-4L", layers=4, **GPT2_LARGE)], Sizes()),
-    # the same structure at toy sizes: the compile-only test, and a GPU smoke run
+    # the same structure at toy sizes: the tests, and a GPU smoke run
     "tiny": ([ModelConfig("llama-tiny", "llama", "tiny Llama (GQA 4:2)", layers=2, hidden=64,
                           heads=4, kv_heads=2, intermediate=160, vocab=256, max_seq=64),
               ModelConfig("gpt2-tiny", "gpt2", "tiny GPT-2", layers=2, hidden=64, heads=4,

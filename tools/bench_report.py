@@ -1,5 +1,5 @@
-"""What tools/bench.py derives from its raw measurements (each mode's ``status``, ``ms``,
-``compile_s``, ``error``), its results documents, and their tables (BENCHMARKS.md)."""
+"""What tools/bench.py makes of its raw measurements (each mode's ``status``, ``ms``,
+``compile_s``, ``error``): its results documents, and their tables (BENCHMARKS.md)."""
 from __future__ import annotations
 
 import json
@@ -9,7 +9,7 @@ import pathlib
 import re
 from collections import defaultdict
 
-from bench_workloads import MODES, STOCK_MODES, WORKLOADS
+from bench_workloads import MODES, WORKLOADS
 
 # A compiled kernel may round differently from eager (fused epilogues skip the bf16
 # rounding in between, accumulation order changes), but an error several times
@@ -39,38 +39,16 @@ def speedup(baseline: dict | None, result: dict | None) -> float | None:
     return baseline["ms"] / result["ms"]
 
 
-def floor_ms(flops: float, nbytes: float, ceilings: dict) -> tuple[float, str]:
-    """The fastest any version could run, and whether arithmetic or bytes bound it."""
-    compute = flops / ceilings["bf16_mm_TFLOPs"] / 1e9
-    memory = nbytes / ceilings["copy_GBps"] / 1e6
-    return (compute, "compute") if compute > memory else (memory, "memory")
-
-
-def derive(case: dict, ceilings: dict) -> dict:
-    """Add the floor, and to each ok mode its rates, fractions and speedups, in place."""
-    case["floor_ms"], case["bound"] = floor_ms(case["flops"], case["bytes"], ceilings)
-    modes = case["modes"]
-    for result in modes.values():
-        for key in ("TFLOPs", "GBps", "peak_fraction", "copy_fraction", "floor_fraction"):
-            result.pop(key, None)
-        result["speedup"] = {s: speedup(modes.get(s), result) for s in STOCK_MODES if s in modes}
-        if not is_ok(result):
-            continue
-        ms = result["ms"]
-        if case["flops"]:
-            result["TFLOPs"] = case["flops"] / ms / 1e9
-            result["peak_fraction"] = result["TFLOPs"] / ceilings["bf16_mm_TFLOPs"]
-        result["GBps"] = case["bytes"] / ms / 1e6
-        result["copy_fraction"] = result["GBps"] / ceilings["copy_GBps"]
-        result["floor_fraction"] = case["floor_ms"] / ms
-    return case
+def floor_ms(flops: float, nbytes: float, ceilings: dict) -> float:
+    """The fastest any version could run: its arithmetic or its bytes at the ceilings."""
+    return max(flops / ceilings["bf16_mm_TFLOPs"] / 1e9, nbytes / ceilings["copy_GBps"] / 1e6)
 
 
 # -- the results document ---------------------------------------------------------
 
 def new_document(env: dict, ceilings: dict | None, settings: dict) -> dict:
     return {"schema": 1, "env": env, "ceilings": ceilings, "settings": settings,
-            "results": [], "compile_only": []}
+            "results": []}
 
 
 def upsert(doc: dict, case_result: dict) -> dict:
@@ -84,8 +62,6 @@ def upsert(doc: dict, case_result: dict) -> dict:
             break
     else:
         doc["results"].append(case_result)
-    if doc["ceilings"]:
-        derive(case_result, doc["ceilings"])
     return case_result
 
 
@@ -261,20 +237,25 @@ def us(result: dict | None) -> str:
     return f"{1000 * result['ms']:.1f}"
 
 
+def modes_table(keys: list[str], rows: list[tuple], modes: list[str], pairs: list) -> str:
+    """Per (doc, key cells, row): each mode's time, each (faster, baseline) ratio, the date."""
+    headers = (keys + [MODES[m].short + " us" for m in modes]
+               + [f"{MODES[a].short} / {MODES[b].short}" for a, b in pairs] + ["measured"])
+    body = [cells + [us(r["modes"].get(m)) for m in modes]
+            + [ratio(speedup(r["modes"].get(b), r["modes"].get(a))) for a, b in pairs]
+            + [measured(doc)] for doc, cells, r in rows]
+    return markdown_table(headers, body)
+
+
 def ops_table(family: str, rows: dict) -> str:
     wanted, pairs = OPS_FAMILY[family]
     order = list(WORKLOADS)
     cases = sorted(rows.values(), key=lambda dr: (order.index(dr[1]["workload"]),
                                                   natural(dr[1]["label"])))
     present = {m for _, c in cases for m in c["modes"] if m in wanted}
-    modes = [m for m in wanted if m in present]
-    pairs = [(a, b) for a, b in pairs if a in present and b in present]
-    headers = (["case"] + [MODES[m].short + " us" for m in modes]
-               + [f"{MODES[a].short} / {MODES[b].short}" for a, b in pairs] + ["measured"])
-    body = [[f"{c['workload']} {c['label']}"] + [us(c["modes"].get(m)) for m in modes]
-            + [ratio(speedup(c["modes"].get(b), c["modes"].get(a))) for a, b in pairs]
-            + [measured(doc)] for doc, c in cases]
-    return markdown_table(headers, body)
+    return modes_table(["case"], [(doc, [f"{c['workload']} {c['label']}"], c) for doc, c in cases],
+                       [m for m in wanted if m in present],
+                       [(a, b) for a, b in pairs if a in present and b in present])
 
 
 def zoo_order(item) -> tuple:
@@ -283,13 +264,19 @@ def zoo_order(item) -> tuple:
             batch)
 
 
+# the zoo families shown one line a model: the column of a row's key (model, row, batch),
+# its header, the digits of the times, whether a ratio says "same code"
+PER_MODEL = {
+    "dynamic batch": (lambda key: key[2], lambda b: f"B = {b}: stock / overlay us", 1, False),
+    "CUDA graphs": (lambda key: key[1:],
+                    lambda c: f"{c[0].replace('decode_dyn', 'dynamic')} B = {c[1]}", 0, True),
+    "HF generate": (lambda key: key[1], GENERATE_CACHE.get, 1, False),
+}
+
+
 def zoo_table(family: str, rows: dict) -> str:
-    if family == "dynamic batch":
-        return dynamic_table(rows)
-    if family == "CUDA graphs":
-        return graphs_table(rows)
-    if family == "HF generate":
-        return per_model_table(rows, lambda key: key[1], GENERATE_CACHE.get, 1)
+    if family in PER_MODEL:
+        return per_model_table(rows, *PER_MODEL[family])
     headers = ["model", "B", "stock us", "overlay us", "overlay / stock",
                "rms err stock / overlay", "peak MiB stock / overlay", "measured"]
     body = []
@@ -306,7 +293,7 @@ def zoo_table(family: str, rows: dict) -> str:
     return markdown_table(headers, body)
 
 
-def per_model_table(rows: dict, column, header, digits: int, same_code: bool = False) -> str:
+def per_model_table(rows: dict, column, header, digits: int, same_code: bool) -> str:
     """One line a model: stock / overlay us (overlay / stock) per column of its rows' keys."""
     columns = sorted({column(key) for key in rows})
     cells: dict[str, dict] = {}
@@ -323,30 +310,13 @@ def per_model_table(rows: dict, column, header, digits: int, same_code: bool = F
                                     for model, line in cells.items()])
 
 
-def graphs_table(rows: dict) -> str:
-    """Per mode, row and batch."""
-    return per_model_table(
-        rows, lambda key: key[1:],
-        lambda c: f"{c[0].replace('decode_dyn', 'dynamic')} B = {c[1]}", 0, same_code=True)
-
-
-def dynamic_table(rows: dict) -> str:
-    """At each batch size."""
-    return per_model_table(rows, lambda key: key[2],
-                           lambda b: f"B = {b}: stock / overlay us", 1)
-
-
 def stacks_table(rows: dict) -> str:
-    modes = ["eager", "stock", "overlay", "stock_freezing", "overlay_freezing"]
-    pairs = [("overlay", "stock"), ("overlay_freezing", "stock_freezing"),
-             ("stock_freezing", "stock")]
-    headers = (["model", "row"] + [MODES[m].short + " us" for m in modes]
-               + [f"{MODES[a].short} / {MODES[b].short}" for a, b in pairs] + ["measured"])
-    body = [[r["model"], r["row"]] + [us(r["modes"].get(m)) for m in modes]
-            + [ratio(speedup(r["modes"].get(b), r["modes"].get(a))) for a, b in pairs]
-            + [measured(doc)] for (doc, r) in rows.values()
-            if any(m.endswith("_freezing") for m in r["modes"])]
-    return markdown_table(headers, body)
+    return modes_table(["model", "row"], [(doc, [r["model"], r["row"]], r)
+                                          for doc, r in rows.values()
+                                          if any(m.endswith("_freezing") for m in r["modes"])],
+                       ["eager", "stock", "overlay", "stock_freezing", "overlay_freezing"],
+                       [("overlay", "stock"), ("overlay_freezing", "stock_freezing"),
+                        ("stock_freezing", "stock")])
 
 
 def family_tables(family: str, rows: dict) -> list[str]:

@@ -26,15 +26,9 @@ class Mode:
     compile_mode: str | None = None  # torch.compile mode; None runs eagerly
     overlays: bool = False
     only: tuple[str, ...] = ()  # these overlays (and what they require) instead of --overlays
-    addmm_activation: bool = False  # the cuBLASLt GELU epilogue instead of case.fn
     # torch._inductor.config.freezing: the weights (Case.weight_args) become parameters of
     # a module and Inductor folds them into constants (inference cases only)
     freezing: bool = False
-    # an A/B of one part of an overlay: Inductor config entries, and module attributes
-    # (module, name, value) replaced for the mode's compiles (its caches are fresh)
-    config: tuple[tuple[str, object], ...] = ()
-    replace: tuple[tuple[str, str, object], ...] = ()
-    ab: bool = False  # run only when --modes names it
 
     @property
     def max_autotune(self) -> bool:
@@ -50,25 +44,14 @@ MODES: dict[str, Mode] = {m.name: m for m in (
     Mode("stock-max-autotune", "stock MA", MAX_AUTOTUNE),
     Mode("overlay", "overlay", "default", overlays=True),
     Mode("overlay-max-autotune", "overlay MA", MAX_AUTOTUNE, overlays=True),
-    Mode("addmm-activation", "addmm_act", addmm_activation=True),
     Mode("stock_freezing", "stock frz", "default", freezing=True),
     Mode("overlay_freezing", "overlay frz", "default", overlays=True, freezing=True),
-    # tensorcore_mm's parts, each against the overlay as users get it
-    Mode("overlay-predicted", "predicted", "default", overlays=True, ab=True,
-         config=(("tensorcore_mm_measure", False),)),
-    Mode("template", "template", "default", overlays=True, ab=True,
-         config=(("tensorcore_mm_force_path", "template"),)),
-    Mode("template-no-split", "no split", "default", overlays=True, ab=True,
-         config=(("tensorcore_mm_force_path", "template"),),
-         replace=(("torch._inductor.kernel.mm_tensorcore_plan", "MAX_SPLIT_K", 1),)),
     # stock max-autotune with prologue_downcast alone (the series' first patch)
-    Mode("prologue-max-autotune", "MA + pd", MAX_AUTOTUNE, overlays=True, ab=True,
+    Mode("prologue-max-autotune", "MA + pd", MAX_AUTOTUNE, overlays=True,
          only=("prologue_downcast",)),
-    Mode("overlay-no-epilogue", "no epi", "default", overlays=True, ab=True,
-         replace=(("torch._inductor.kernel.mm_tensorcore", "_gelu_add_epilogue",
-                   lambda node: None),)),
 )}
-STOCK_MODES = ("stock", "stock-max-autotune", "stock_freezing")
+# what a run measures unless --modes names others
+DEFAULT_MODES = tuple(m for m in MODES if m != "prologue-max-autotune")
 
 
 # -- cases ------------------------------------------------------------------------
@@ -88,7 +71,6 @@ class Case:
     make_inputs: Callable[[Rand], tuple[torch.Tensor, ...]]
     fn: Callable[..., torch.Tensor]
     train: bool = False  # the step is forward + backward; the last input is grad_out
-    addmm_activation: Callable[..., torch.Tensor] | None = None
     required_max_autotune: bool = False  # a required shape set: max-autotune by default
     weight_args: tuple[int, ...] = ()  # inputs that are a model's weights: what freezing folds
 
@@ -142,11 +124,6 @@ def bmm(x, w):
 
 def gelu_linear_add(x, w, b, r, approximate):
     return F.gelu(F.linear(x, w, b), approximate=approximate) + r
-
-
-def addmm_gelu_add(x, w, b, r):
-    # cuBLASLt's GELU epilogue is the tanh approximation; the casts are autocast's
-    return torch._addmm_activation(b.to(BF16), x.to(BF16), w.to(BF16).t(), use_gelu=True) + r
 
 
 def gelu_add(x, r, approximate):
@@ -221,7 +198,6 @@ def gelu_linear_cases(shapes=None) -> Iterator[Case]:
                         rand((M, K), dt), rand((N, K), dt, K ** -0.5),
                         rand((N,), dt, 0.1), rand((M, N), dt)),
                     fn=autocast_bf16(fn) if variant == "autocast" else fn,
-                    addmm_activation=addmm_gelu_add if approximate == "tanh" else None,
                     weight_args=(1, 2),
                     required_max_autotune=approximate == "tanh" and variant == "bf16",
                 )

@@ -61,6 +61,14 @@ def git(cwd: pathlib.Path, *args: str, check: bool = True, input: str | None = N
     return proc
 
 
+def commit_all(repo: pathlib.Path, *args: str, input: str | None = None,
+               env: dict[str, str] | None = None) -> str:
+    """Commit every change in ``repo`` (``args``: the message's options); its hash."""
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", *args, input=input, env=env)
+    return git(repo, "rev-parse", "HEAD").stdout.strip()
+
+
 def read_source(path: pathlib.Path) -> bytes:
     """The one place the export reads an overlay's files (tests substitute it)."""
     return path.read_bytes()
@@ -80,13 +88,19 @@ def rel(path: pathlib.Path) -> str:
 class OverlayExport:
     name: str
     flag: str                      # its torch._inductor.config flag
-    requires: tuple[str, ...]
     diffs: list[pathlib.Path]      # .diff files, applied in this order
     files: dict[str, pathlib.Path]  # upstream path -> source file (new modules, templates)
     tests: dict[str, pathlib.Path]  # upstream path -> source file (test, expect files)
-    test_file: str                 # its test module, tree-relative (test/inductor/test_<name>.py)
-    message: pathlib.Path          # patches/<name>.md
     part_of: str | None = None     # a further patch of this overlay (Overlay.parts)
+
+    @property
+    def test_file(self) -> str:
+        """Its test module, tree-relative."""
+        return f"test/inductor/test_{self.name}.py"
+
+    @property
+    def message(self) -> pathlib.Path:
+        return PATCHES / f"{self.name}.md"
 
 
 def module_files(module: str) -> tuple[str, pathlib.Path]:
@@ -105,7 +119,8 @@ def templates_loaded(source: pathlib.Path, text: str) -> list[pathlib.Path]:
             if re.search(rf"['\"]{re.escape(tpl.name.split('.')[0])}['\"]", text)]
 
 
-def overlay_tests(name: str) -> tuple[dict[str, pathlib.Path], str]:
+def overlay_tests(name: str) -> dict[str, pathlib.Path]:
+    """Its test module and the expect files of the test classes there."""
     path = f"test/inductor/test_{name}.py"
     test = REPO / path
     if not test.exists():
@@ -116,7 +131,7 @@ def overlay_tests(name: str) -> tuple[dict[str, pathlib.Path], str]:
     for expect in sorted((REPO / "test" / "inductor" / "expect").glob("*.expect")):
         if expect.name.partition(".")[0] in classes:
             files[f"test/inductor/expect/{expect.name}"] = expect
-    return files, path
+    return files
 
 
 def collect() -> list[OverlayExport]:
@@ -136,11 +151,9 @@ def collect() -> list[OverlayExport]:
             files[path] = source
             for tpl in templates_loaded(source, read_source(source).decode()):
                 files[str(pathlib.PurePosixPath(path).parent / "templates" / tpl.name)] = tpl
-        tests, test_file = overlay_tests(name)
         edits = [*overlay.own_edit_files, *sorted(LOGGING_EDITS.glob(f"*.{name}.diff"))]
         diffs = [p for p in edits if not VARIANT.search(p.name)]
-        out.append(OverlayExport(name, overlay.flag, tuple(overlay.requires), diffs,
-                                 files, tests, test_file, PATCHES / f"{name}.md"))
+        out.append(OverlayExport(name, overlay.flag, diffs, files, overlay_tests(name)))
         for part in overlay.parts:
             # its edits of upstream files (flags among them), then of the files earlier
             # patches add (whose files here hold them)
@@ -148,9 +161,8 @@ def collect() -> list[OverlayExport]:
                      *sorted(SERIES.rglob(f"*.{part}.diff"))]
             if not diffs:
                 raise ExportError(f"overlay {name}: part {part} has no *.{part}.diff")
-            tests, test_file = overlay_tests(part)
-            out.append(OverlayExport(part, overlay.flag, (name,), diffs, {}, tests, test_file,
-                                     PATCHES / f"{part}.md", part_of=name))
+            out.append(OverlayExport(part, overlay.flag, diffs, {}, overlay_tests(part),
+                                     part_of=name))
     return out
 
 
@@ -174,44 +186,42 @@ def parse_diff(text: str) -> dict[str, FilePatch]:
     lines = text.splitlines()
     i, current, new_file = 0, None, False
     while i < len(lines):
-        line = lines[i]
+        line, i = lines[i], i + 1
         if line.startswith("diff --git "):
             current, new_file = None, False
         elif line.startswith("new file mode"):
             new_file = True
-        elif line.startswith("--- ") and i + 1 < len(lines) and lines[i + 1].startswith("+++ "):
+        elif line.startswith("--- ") and i < len(lines) and lines[i].startswith("+++ "):
             new_file = new_file or line[4:].strip() == "/dev/null"
-            path = lines[i + 1][4:].strip().split("\t")[0].removeprefix("b/")
+            path = lines[i][4:].strip().split("\t")[0].removeprefix("b/")
             current = files.setdefault(path, FilePatch(path, new_file, [], {}))
-            i += 2
-            continue
-        elif (m := _HUNK.match(line)) and current is not None:
-            old_left = int(m["old_n"]) if m["old_n"] is not None else 1
-            new_no = int(m["new"])
-            new_left = int(m["new_n"]) if m["new_n"] is not None else 1
-            hunk: list[str] = []
             i += 1
-            while i < len(lines) and (old_left > 0 or new_left > 0):
-                body = lines[i] if lines[i] else " "  # an empty context line stripped of its space
-                kind = body[0]
-                if kind == "\\":  # "\ No newline at end of file"
-                    i += 1
-                    continue
-                if kind not in " +-":
-                    break
-                hunk.append(body)
-                if kind in " -":
-                    old_left -= 1
-                if kind in " +":
-                    if kind == "+":
-                        current.added[new_no] = body[1:]
-                    new_no += 1
-                    new_left -= 1
-                i += 1
-            current.hunks.append(tuple(hunk))
-            continue
-        i += 1
+        elif (m := _HUNK.match(line)) and current is not None:
+            i = _read_hunk(lines, i, m, current)
     return files
+
+
+def _read_hunk(lines: list[str], i: int, header: re.Match, fp: FilePatch) -> int:
+    """Add to ``fp`` the hunk of ``header`` whose body starts at ``lines[i]``; the index
+    past it."""
+    old_left, new_left = (int(n) if n is not None else 1 for n in header.group("old_n", "new_n"))
+    new_no, hunk = int(header["new"]), []
+    while i < len(lines) and (old_left > 0 or new_left > 0):
+        body = lines[i] or " "  # an empty context line stripped of its space
+        if body[0] not in " +-\\":
+            break
+        i += 1
+        if body[0] == "\\":  # "\ No newline at end of file"
+            continue
+        hunk.append(body)
+        if body[0] in " -":
+            old_left -= 1
+        if body[0] in " +":
+            if body[0] == "+":
+                fp.added[new_no] = body[1:]
+            new_no, new_left = new_no + 1, new_left - 1
+    fp.hunks.append(tuple(hunk))
+    return i
 
 
 def check_same_hunks(overlay: OverlayExport, patch: pathlib.Path) -> None:
@@ -276,8 +286,7 @@ def pristine_tree(dest: pathlib.Path) -> pathlib.Path:
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, target)
     git(dest, "init", "-q", "-b", "main")
-    git(dest, "add", "-A")
-    git(dest, "commit", "-q", "-m", f"pristine torch {info['torch']} ({info['git_version']})")
+    commit_all(dest, "-m", f"pristine torch {info['torch']} ({info['git_version']})")
     return dest
 
 
@@ -386,13 +395,11 @@ def commit_series(repo: pathlib.Path, overlays: list[OverlayExport], work: pathl
             for diff in reversed(part.diffs):
                 if diff_target(diff) in {**overlay.files, **overlay.tests}:
                     _apply_diff(repo, part, diff, work / "diffs", info, reverse=True)
-        git(repo, "add", "-A")
         if added_only:
-            git(repo, "commit", "-q", "--allow-empty", "-m", overlay.name)
+            commits.append(commit_all(repo, "--allow-empty", "-m", overlay.name))
         else:
-            git(repo, "commit", "-q", "--cleanup=whitespace", "-F", "-",
-                input=commit_message(overlay), env=authorship(overlay))
-        commits.append(git(repo, "rev-parse", "HEAD").stdout.strip())
+            commits.append(commit_all(repo, "--cleanup=whitespace", "-F", "-",
+                                      input=commit_message(overlay), env=authorship(overlay)))
     return commits
 
 
@@ -495,9 +502,7 @@ def rebased_parts(overlays: list[OverlayExport], path: str,
     git(repo.parent, "init", "-q", "-b", "main", repo.name)
     (repo / path).parent.mkdir(parents=True, exist_ok=True)
     (repo / path).write_bytes(read_source(source))
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "whole")
-    states = [git(repo, "rev-parse", "HEAD").stdout.strip()]
+    states = [commit_all(repo, "-m", "whole")]
     for part, diff in reversed(diffs):
         staged = work / f"{part}.diff"
         staged.write_bytes(read_source(diff))
@@ -509,8 +514,7 @@ def rebased_parts(overlays: list[OverlayExport], path: str,
         else:
             return {}, (f"part {part}: {rel(diff)} no longer applies to {rel(source)} (lines it "
                         f"adds changed there): edit it by hand\n" + _hunk_report(proc.stderr))
-        git(repo, "commit", "-q", "-a", "-m", f"before {part}")
-        states.insert(0, git(repo, "rev-parse", "HEAD").stdout.strip())
+        states.insert(0, commit_all(repo, "-m", f"before {part}"))
     texts = {}
     for (part, diff), before, after in zip(diffs, states, states[1:]):
         text = git(repo, "diff", before, after, "--", path).stdout
@@ -579,22 +583,19 @@ def _import_time_statements(body: list[ast.stmt]) -> Iterable[ast.stmt]:
 
 
 def _targets(node: ast.stmt) -> list[ast.expr]:
+    """What an assignment statement assigns to, tuples unpacked."""
     if isinstance(node, ast.Assign):
         found = list(node.targets)
     elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
         found = [node.target]
     else:
         return []
-    out = []
-    while found:
-        t = found.pop()
+    for t in found:  # grows while it runs: the elements of a tuple target
         if isinstance(t, (ast.Tuple, ast.List)):
-            found.extend(t.elts)
+            found += t.elts
         elif isinstance(t, ast.Starred):
             found.append(t.value)
-        else:
-            out.append(t)
-    return out
+    return [t for t in found if not isinstance(t, (ast.Tuple, ast.List, ast.Starred))]
 
 
 def _root(expr: ast.expr) -> str | None:
@@ -743,11 +744,9 @@ def style_fix(paths: Iterable[pathlib.Path]) -> list[str]:
         shutil.copyfile(STYLE, tree / "pyproject.toml")
         for src in paths:
             # under its upstream name, so that per-file settings apply as upstream's
-            rel_path = rel(src.resolve())
-            if "/_inductor/" in rel_path:
-                name = "torch/_inductor/" + rel_path.split("/_inductor/", 1)[1]
-            else:
-                name = rel_path if not pathlib.Path(rel_path).is_absolute() else src.name
+            name = tree_path(str(src.resolve()))
+            if pathlib.Path(name).is_absolute():  # not a project file
+                name = src.name
             f = tree / name
             f.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(src, f)
@@ -765,16 +764,16 @@ def style_fix(paths: Iterable[pathlib.Path]) -> list[str]:
 # -- --check -------------------------------------------------------------------
 
 
-def apply_series(repo: pathlib.Path, patches: pathlib.Path) -> list[str]:
-    """``git am`` each patch of the series; ExportError naming the patch and hunk on failure."""
-    names = (patches / "series").read_text().split()
-    for name in names:
+def apply_series(repo: pathlib.Path, patches: pathlib.Path,
+                 names: list[str] | None = None) -> None:
+    """``git am`` each patch of the series (or ``names``); ExportError naming the patch and
+    hunk on failure."""
+    for name in names or (patches / "series").read_text().split():
         patch = patches / name
         check = git(repo, "apply", "--check", "-v", str(patch), check=False)
         if check.returncode != 0:
             raise ExportError(f"patch {name} does not apply:\n{_hunk_report(check.stderr.strip())}")
         git(repo, "am", "-q", str(patch))
-    return names
 
 
 def _hunk_report(git_output: str) -> str:
@@ -960,11 +959,7 @@ def _check_in(tmp: pathlib.Path, t0: float, run_tests, compare_junit, pytest_arg
         raise ExportError("patches/series does not have one patch per overlay and part")
     ok, patched, new_modules = True, {}, []
     for i, (name, overlay) in enumerate(zip(names, overlays)):
-        single = tmp / f"one_{i}"
-        single.mkdir()
-        shutil.copyfile(PATCHES / name, single / name)
-        (single / "series").write_text(name + "\n")
-        apply_series(tree, single)
+        apply_series(tree, PATCHES, [name])
         comp = subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree / "torch")],
                               capture_output=True, text=True)
         if comp.returncode != 0:
