@@ -5,6 +5,7 @@
     python tools/bench.py ops --quick         smoke run: two cases, three modes (under a minute)
     python tools/bench.py models --out DIR    decoder stacks (under 10 min on an H200)
     python tools/bench.py zoo --out DIR       transformers architectures (tools/bench_zoo.py)
+    python tools/bench.py cast-cache --out DIR  decode in one autocast region, casts kept
     python tools/bench.py report [JSON ...]   BENCHMARKS.md from tools/bench_results/*.json
 
 --list prints the cases (or models) and runs nothing. Max-autotune runs after every
@@ -40,7 +41,7 @@ from bench_report import (  # noqa: E402
 from bench_workloads import (  # noqa: E402
     DEFAULT_MODES, MODES, WORKLOADS, Case, Mode, all_cases, io_bytes)
 
-COMMANDS = ("ops", "models", "zoo", "report")
+COMMANDS = ("ops", "models", "zoo", "cast-cache", "report")
 QUICK_CASES = ("linear/16x4096x4096", "pointwise/float32 tanh 1M")
 QUICK_MODES = ("eager", "stock", "overlay")
 # no max-autotune step starts after this: the slowest (about 80 s) still ends within
@@ -638,6 +639,10 @@ def main(argv: list[str] | None = None) -> int:
         import bench_zoo
 
         return bench_zoo.main(argv)
+    if command == "cast-cache":
+        import bench_cast_cache
+
+        return bench_cast_cache.main(argv)
     if command == "report":
         return report(argv)
     args = parse_args(argv)

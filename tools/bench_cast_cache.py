@@ -143,7 +143,8 @@ def train_row(spec, model, row_name: str) -> dict:
         def run():
             model.zero_grad(set_to_none=True)
             for ids in batches:
-                with region(device, enabled=not accumulate):
+                # a step enters its own region; micro-batches run in the caller's
+                with contextlib.nullcontext() if accumulate else region(device):
                     loss = fn(ids).float().pow(2).mean()
                 loss.backward()
             return torch.cat([p.grad.flatten() for p in model.parameters()
@@ -164,9 +165,10 @@ def train_row(spec, model, row_name: str) -> dict:
     return row
 
 
-def run(args) -> int:
+def run(args, argv: list[str]) -> int:
     enabled = torch_overlay.enable()
-    doc = {"environment": environment(["cast-cache", *sys.argv[1:]], enabled), "rows": []}
+    doc = {"kind": "cast-cache", "env": environment(["cast-cache", *argv], enabled),
+           "settings": {"timer": zoo.PROFILER_TIMER}, "rows": []}
     for name in args.models:
         spec = zoo.SPECS[name]
         model = zoo.build(spec, "cuda")
@@ -198,7 +200,7 @@ def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="bench.py cast-cache", description=__doc__.split("\n")[0])
     p.add_argument("--out", required=True)
     p.add_argument("--models", type=lambda s: s.split(","), default=["llama3-8b", "gpt2-large"])
-    return run(p.parse_args(argv))
+    return run(p.parse_args(argv), argv)
 
 
 if __name__ == "__main__":

@@ -90,8 +90,8 @@ def markdown_table(headers: list[str], rows: list[list[str]]) -> str:
 # -- BENCHMARKS.md: the newest measurement of each row, per GPU and release -----------
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "bench_results"
-FAMILIES = ("decode", "dynamic batch", "CUDA graphs", "HF generate", "batched", "training",
-            "operators",
+FAMILIES = ("decode", "dynamic batch", "CUDA graphs", "HF generate", "autocast region",
+            "batched", "training", "operators",
             "max-autotune", "freezing")
 GENERATE_CACHE = {"generate": "default cache", "generate_static": "static cache"}
 ZOO_FAMILY = {"decode1": "decode", "decode_dyn": "dynamic batch", "batch8": "batched",
@@ -125,6 +125,15 @@ FAMILY_TEXT = {
                    "(stock / overlay us); the default KV cache, and `cache_implementation="
                    "\"static\"` where transformers runs it under autocast. "
                    "`bench.py zoo --rows generate,generate_static`.",
+    "autocast region": "Every call inside one `torch.autocast` region entered outside the "
+                       "compiled function, as a decode loop runs: *cache* is the overlays "
+                       "with `autocast_param_cache`, *overlay* without it; *bf16* is "
+                       "`torch.compile` (stock) of a 16-bit copy of the model, *eager* the "
+                       "model in the region (eager autocast's own cast cache). GPU kernel "
+                       "time per call (per token for `generate`; *step*: one forward in a "
+                       "region of its own, then backward; *accumulate*: 4 micro-batches in "
+                       "one region), max relative errors against fp32 eager, the casts "
+                       "held. `bench.py cast-cache`.",
     "batched": "8 x 128 tokens (8 images for ViT): where the plan keeps stock's code. "
                "`bench.py zoo --rows batch8`.",
     "training": "Forward and backward of the batched row; errors are those of every "
@@ -162,6 +171,8 @@ def result_docs(directory: pathlib.Path = RESULTS) -> list[tuple[str, list[dict]
 
 
 def doc_kind(doc: dict) -> str:
+    if doc.get("kind") == "cast-cache":
+        return "cast-cache"
     if isinstance(doc.get("models"), list):
         return "models"
     return "ops" if "results" in doc else "zoo"
@@ -184,6 +195,10 @@ def entries(doc: dict):
         for case in doc["results"]:
             for family in ops_families(case):
                 yield family, case["id"], case
+    elif kind == "cast-cache":
+        for r in doc["rows"]:
+            if "sides" in r:
+                yield "autocast region", (r["model"], r["row"], r["batch"]), r
     elif kind == "zoo":
         for r in doc["rows"]:
             if "sides" not in r:  # skipped (time budget) or failed before measuring
@@ -211,6 +226,8 @@ def newest(runs: list[dict]) -> dict[str, dict]:
 def timing(doc: dict) -> str:
     """How a run measured, in a table cell (HOW_MEASURED says what the words mean)."""
     settings, command = doc.get("settings") or {}, doc["env"].get("command", "")
+    if doc_kind(doc) == "cast-cache":
+        return "profiler"
     if doc_kind(doc) == "zoo":
         compiles = settings.get("compiles")
         timer = "profiler" if settings.get("mode", "default") == "default" else "wall"
@@ -293,6 +310,30 @@ def zoo_table(family: str, rows: dict) -> str:
     return markdown_table(headers, body)
 
 
+REGION_SIDES = ("stock", "overlay", "cache", "bf16", "eager")
+
+
+def region_table(rows: dict) -> str:
+    """Per model and row: each side's kernel time, the cache against stock, the overlays
+    without it and the 16-bit copy, errors and the casts held."""
+    def per_call(res, key="kernel"):
+        return res.get(f"{key}_per_token_us", res[f"{key}_mean_us"])
+
+    body = []
+    for (model, row, batch), (doc, r) in sorted(rows.items(), key=zoo_order):
+        sides, cache = r["sides"], per_call(r["sides"]["cache"])
+        times = [f"{per_call(sides[s]):.1f}" if s in sides else "-" for s in REGION_SIDES]
+        ratios = [f"{per_call(sides[s]) / cache:.2f}x" if s in sides else "-"
+                  for s in ("stock", "overlay", "bf16")]
+        errs = " / ".join(f"{sides[s]['err']:.1e}" for s in ("stock", "cache"))
+        body.append([model, row, str(batch), *times, *ratios, errs,
+                     f"{sides['cache'].get('held_mib', 0):.0f}", measured(doc)])
+    headers = ["model", "row", "B", *(f"{s} us" for s in REGION_SIDES), "stock / cache",
+               "overlay / cache", "bf16 / cache", "err stock / cache", "held MiB",
+               "measured"]
+    return markdown_table(headers, body)
+
+
 def per_model_table(rows: dict, column, header, digits: int, same_code: bool) -> str:
     """One line a model: stock / overlay us (overlay / stock) per column of its rows' keys."""
     columns = sorted({column(key) for key in rows})
@@ -320,6 +361,8 @@ def stacks_table(rows: dict) -> str:
 
 
 def family_tables(family: str, rows: dict) -> list[str]:
+    if family == "autocast region":
+        return [region_table(rows)]
     if family in (*ZOO_FAMILY.values(), "CUDA graphs"):
         return [zoo_table(family, rows)]
     by_kind: dict[str, dict] = defaultdict(dict)
