@@ -109,6 +109,10 @@ class TestDynamicMPlan(TestCase):
         self.assertEqual({q.path for _, q in kernels}, {"template"})
         blocks = [q.config.BLOCK_M for _, q in kernels]
         self.assertEqual(blocks, sorted(blocks))
+        # the kernels share the call's arguments: a split-K workspace in all or none
+        tall = planner.dynamic_m_kernels(linear_problem(4, 512, 2048), H200, 2, 8192)
+        self.assertGreater(len(tall), 1)
+        self.assertEqual(len({q.config.SPLIT_K > 1 for _, q in tall}), 1, tall)
         # a hint above every split: one plan for the range (plan_dynamic_m), no kernels
         self.assertEqual(
             planner.dynamic_m_kernels(linear_problem(512, 4096, 4096), H200, 2, 8192),

@@ -1318,8 +1318,18 @@ def dynamic_m_kernels(
     top = dataclasses.replace(
         own, config=best[2], reason=f"dynamic M from {above + 1} to {m_max}"
     )
+    ranges = [*splits, (m_max, top)]
+    if len({q.config.SPLIT_K > 1 for _, q in ranges}) > 1:
+        # the kernels share the call's arguments: a split-K workspace for all or none
+        ranges = [
+            (
+                bound,
+                dataclasses.replace(q, config=dataclasses.replace(q.config, SPLIT_K=1)),
+            )
+            for bound, q in ranges
+        ]
     kernels: list[tuple[int, Plan]] = []
-    for bound, q in [*splits, (m_max, top)]:
+    for bound, q in ranges:
         if kernels and kernels[-1][1].config == q.config:
             q = kernels.pop()[1]  # one kernel for both ranges
         kernels.append((bound, q))
