@@ -1096,9 +1096,12 @@ def _plan_dynamic_m(
     """
     lower, upper = _m_range(m)
     m_max = min(upper or DYNAMIC_M_CEILING, DYNAMIC_M_CEILING)
-    kernels = planner.dynamic_m_kernels(problem, dev, lower, m_max, force=force)
-    if kernels:
-        return kernels, None
+    # the C++ wrapper calls a multi-kernel with one kernel's arguments, which a
+    # MultiTemplateBuffer's kernels do not share (their grids)
+    if not V.graph.cpp_wrapper:
+        kernels = planner.dynamic_m_kernels(problem, dev, lower, m_max, force=force)
+        if kernels:
+            return kernels, None
     return [], planner.plan_dynamic_m(problem, dev, m_max, force=force)
 
 
