@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch._dynamo.utils import counters
 from torch._guards import TracingContext
+from torch._inductor import config as inductor_config
 from torch._inductor.codegen.multi_kernel import SizeHintMultiKernelCall
 from torch._inductor.compile_fx import compile_fx
 from torch._inductor.kernel import mm_tensorcore_plan as planner
@@ -29,6 +30,7 @@ try:
     from .test_tensorcore_mm import (
         BF16,
         cast_kernels,
+        constexpr,
         gpu_randn,
         H200,
         kernel_source,
@@ -47,6 +49,7 @@ except ImportError:
     from test_tensorcore_mm import (
         BF16,
         cast_kernels,
+        constexpr,
         gpu_randn,
         H200,
         kernel_source,
@@ -203,6 +206,16 @@ class TestTensorCoreMMDynamicCodegen(TensorCoreMMTestCase):
         # a range the user gave holds whole, however wide: no guard narrows it
         code, _ = self.dynamic_m_code(1 << 16)
         self.assertDispatch(code, [16, 18, 232])
+
+    def test_dynamic_m_with_multi_kernel_hints(self):
+        # a hint of config.multi_kernel_hints gets the kernel predicted fastest at it
+        with inductor_config.patch(multi_kernel_hints=[48]):
+            code, _ = self.dynamic_m_code(None)
+        src = "\n".join(code)
+        names = re.findall(r"\(48, 4096\)\): (triton_tem_fused_\w+?_\d+),\n", src)
+        self.assertEqual(len(names), 1, src)
+        self.assertEqual(constexpr(kernel_source(code, names[0]), "BLOCK_M"), 64)
+        self.assertEqual(len(re.findall(r"\): triton_tem_fused_\w+?_\d+,\n", src)), 4)
 
     def test_no_guard_on_m(self):
         # the lowering leaves the guards on sizes as stock leaves them, bounded or not
