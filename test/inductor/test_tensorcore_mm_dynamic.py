@@ -1,7 +1,8 @@
 # Owner(s): ["module: inductor"]
-"""``config.tensorcore_mm_autocast`` with a symbolic M: one kernel for every M up to the
-bound ``mark_dynamic`` gives, with a config planned for the whole range, or stock; an
-unbounded M split by a guard, a decode-shaped kernel up to the split.
+"""``config.tensorcore_mm_autocast`` with a symbolic M: a kernel per range of M, each
+planned for its range and picked at run time by Inductor's size-hint multi-kernel, with
+no guard on M; where the hint lies above every range, one plan for M's whole range, or
+stock.
 
 As test_tensorcore_mm.py: the plans as plain Python for the H200's properties, the
 generated CUDA code for the H200's plans and values, on any CUDA GPU with sm_80.
@@ -15,16 +16,21 @@ import torch
 import torch.nn.functional as F
 from torch._dynamo.utils import counters
 from torch._guards import TracingContext
+from torch._inductor import config as inductor_config
+from torch._inductor.codegen.multi_kernel import SizeHintMultiKernelCall
 from torch._inductor.compile_fx import compile_fx
-from torch._inductor.kernel import mm_tensorcore, mm_tensorcore_plan as planner
+from torch._inductor.kernel import mm_tensorcore_plan as planner
 from torch._inductor.test_case import run_tests, TestCase
 from torch._inductor.utils import fresh_cache, get_code
+from torch.testing import FileCheck
 from torch.testing._internal.inductor_utils import GPU_TYPE
 
 
 try:
     from .test_tensorcore_mm import (
         BF16,
+        cast_kernels,
+        constexpr,
         gpu_randn,
         H200,
         kernel_source,
@@ -42,6 +48,8 @@ try:
 except ImportError:
     from test_tensorcore_mm import (
         BF16,
+        cast_kernels,
+        constexpr,
         gpu_randn,
         H200,
         kernel_source,
@@ -94,12 +102,55 @@ class TestDynamicMPlan(TestCase):
             [s for s, _ in planner.dynamic_m_splits(p, H200, 17, 8192)], [64]
         )
 
+    def test_dynamic_m_kernels(self):
+        # a decode hint: a kernel up to each split and one above, on the same operands
+        p = linear_problem(4, 4096, 4096)
+        kernels = planner.dynamic_m_kernels(p, H200, 2, 8192)
+        self.assertEqual([bound for bound, _ in kernels], [16, 64, 8192])
+        self.assertEqual(kernels[0][1].config.num_warps, 2)  # a 16-row tile's
+        self.assertEqual(len({(q.fused_a, q.fused_b) for _, q in kernels}), 1)
+        self.assertEqual({q.path for _, q in kernels}, {"template"})
+        blocks = [q.config.BLOCK_M for _, q in kernels]
+        self.assertEqual(blocks, sorted(blocks))
+        # the kernels share the call's arguments: a split-K workspace in all or none
+        tall = planner.dynamic_m_kernels(linear_problem(4, 512, 2048), H200, 2, 8192)
+        self.assertGreater(len(tall), 1)
+        self.assertEqual(len({q.config.SPLIT_K > 1 for _, q in tall}), 1, tall)
+        # a hint above every split: one plan for the range (plan_dynamic_m), no kernels
+        self.assertEqual(
+            planner.dynamic_m_kernels(linear_problem(512, 4096, 4096), H200, 2, 8192),
+            [],
+        )
+        self.assertEqual(
+            planner.dynamic_m_kernels(p, H200, 2, 8192, planner.Force(path="stock")), []
+        )
+
+    def test_dispatch_picks_each_ranges_kernel(self):
+        # the size-hint multi-kernel runs the kernel of the hint nearest M in log2, over
+        # the shapes of the inputs and the output, the first of equally near ones
+        def picked(m, hints):
+            shapes = ((4096,), (m, 4096), (4096, 4096), (m, 4096))
+            dists = [
+                SizeHintMultiKernelCall._dist_heuristic(
+                    None, shapes, ((4096,), (h, 4096), (4096, 4096), (h, 4096))
+                )
+                for h in hints
+            ]
+            return dists.index(min(dists))
+
+        for bounds in ([16, 64, 8192], [16, 64, 256, 8192], [64, 256, 8192], [16, 64]):
+            hints = planner.dispatch_hints(bounds)
+            self.assertEqual(hints, sorted(hints))
+            for m in [*range(1, 1100), 8191, 8192, 20000]:
+                want = next((i for i, b in enumerate(bounds) if m <= b), len(bounds) - 1)
+                self.assertEqual(picked(m, hints), want, (bounds, hints, m))
+
 
 @plans_as_h200
 class TestTensorCoreMMDynamicCodegen(TensorCoreMMTestCase):
     """Generated code for the H200's plans (nothing run)."""
 
-    def dynamic_m_code(self, m_max, m=16):
+    def dynamic_m_code(self, m_max, m=16, enabled=True):
         """The code for x of ``m`` rows, M marked dynamic up to ``m_max`` (None: unbounded),
         and the guards on sizes the compile left in the shape environment."""
         guards = []
@@ -119,45 +170,67 @@ class TestTensorCoreMMDynamicCodegen(TensorCoreMMTestCase):
 
         torch._dynamo.reset()
         counters.clear()
-        with tensorcore(True), no_caches(), tolerate_dynamic_outputs():
+        with tensorcore(enabled), no_caches(), tolerate_dynamic_outputs():
             code = get_code(fn, *gpu_randn((m, 4096), (4096, 4096), (4096,)))
         return [c for c in code if c], guards
 
+    def assertDispatch(self, code, hints):
+        """One template kernel per hint, run through a size-hint multi-kernel keyed by
+        the hint in M's place."""
+        src = "\n".join(code)
+        names = re.findall(r"\): (triton_tem_fused_\w+?_\d+),\n", src)
+        self.assertEqual(len(names), len(hints), src)
+        self.assertEqual(template_kernels(code), [])  # none run but through the dispatch
+        self.assertEqual(len(cast_kernels(code)), 0, "cast kernels")
+        self.assertEqual(self.counts["tensorcore_mm_template"], 1)
+        self.assertEqual(self.counts["tensorcore_mm_dynamic_m_dispatch"], 1)
+        for name in names:
+            # M symbolic, N and K static: each kernel masks any M
+            self.assertRegex(kernel_source(code, name), r"\n    M = ks0\n")
+        check = FileCheck().check("= async_compile.size_hint_multi_kernel(")
+        for hint, name in zip(hints, names):
+            check.check(f"({hint}, 4096), (4096, 4096), ({hint}, 4096)): {name},")
+        check.check(".run(").run(src)
+
     def test_dynamic_m_bounded(self):
-        # M symbolic up to 64: one kernel, with a config chosen for the whole range, and
-        # no guard within the range the user gave
-        code, guards = self.dynamic_m_code(64)
-        self.assertTemplate(code)
-        src = kernel_source(code, template_kernels(code)[0])
-        self.assertRegex(src, r"\n    M = ks0\n")  # M symbolic, N and K static
-        self.assertRegex(src, r"\n    N = 4096\n")
-        self.assertEqual(self.counts["tensorcore_mm_dynamic_m_split"], 0)
-        self.assertFalse([g for g in guards if "<= 16" in g], guards)
+        # M symbolic up to 64: a 16-row kernel up to 16, one for 17 to 64
+        code, _ = self.dynamic_m_code(64)
+        self.assertDispatch(code, planner.dispatch_hints([16, 64]))
 
-    def test_dynamic_m_given_wide_range_keeps_stock(self):
-        # a range the user gave, however wide: no guard may narrow it (Dynamo would fail
-        # the compile), so one plan for M up to the ceiling
-        code, guards = self.dynamic_m_code(1 << 16)
-        self.assertStock(code, "tensorcore_mm_stock:dynamic_m_range")
-        self.assertEqual(self.counts["tensorcore_mm_dynamic_m_split"], 0)
+    def test_dynamic_m_unbounded(self):
+        # a decode batch: a kernel up to 16, up to 64, and one for any larger M
+        code, _ = self.dynamic_m_code(None)
+        self.assertDispatch(code, [16, 18, 232])
 
-    def test_dynamic_m_unbounded_splits(self):
-        # a decode batch: a kernel for M up to 16, and a guard that keeps it there
-        code, guards = self.dynamic_m_code(None)
-        self.assertTemplate(code)
-        self.assertEqual(self.counts["tensorcore_mm_dynamic_m_split"], 1)
-        self.assertIn("tensorcore_mm_dynamic_m_split", self.counts)
-        self.assertTrue([g for g in guards if re.fullmatch(r"s\d+ <= 16", g)], guards)
+    def test_dynamic_m_given_wide_range(self):
+        # a range the user gave holds whole, however wide: no guard narrows it
+        code, _ = self.dynamic_m_code(1 << 16)
+        self.assertDispatch(code, [16, 18, 232])
 
-    def test_dynamic_m_unbounded_above_the_splits_keeps_stock(self):
-        # a prefill-sized hint: stock for M above the largest split, which a guard keeps
-        # out of this graph (smaller M compile their own, with the template)
+    def test_dynamic_m_with_multi_kernel_hints(self):
+        # a hint of config.multi_kernel_hints gets the kernel predicted fastest at it
+        with inductor_config.patch(multi_kernel_hints=[48]):
+            code, _ = self.dynamic_m_code(None)
+        src = "\n".join(code)
+        names = re.findall(r"\(48, 4096\)\): (triton_tem_fused_\w+?_\d+),\n", src)
+        self.assertEqual(len(names), 1, src)
+        self.assertEqual(constexpr(kernel_source(code, names[0]), "BLOCK_M"), 64)
+        self.assertEqual(len(re.findall(r"\): triton_tem_fused_\w+?_\d+,\n", src)), 4)
+
+    def test_no_guard_on_m(self):
+        # the lowering leaves the guards on sizes as stock leaves them, bounded or not
+        for m_max in (None, 64, 1 << 16):
+            stock = self.dynamic_m_code(m_max, enabled=False)[1]
+            code, guards = self.dynamic_m_code(m_max)
+            self.assertEqual(self.counts["tensorcore_mm_dynamic_m_dispatch"], 1)
+            self.assertEqual(sorted(guards), sorted(stock), m_max)
+
+    def test_dynamic_m_prefill_hint_keeps_stock(self):
+        # a prefill-sized hint: no range of kernels, and one plan for every M is stock
         code, guards = self.dynamic_m_code(None, m=512)
         self.assertStock(code, "tensorcore_mm_stock:reread")
-        self.assertEqual(self.counts["tensorcore_mm_dynamic_m_split"], 0)
-        self.assertTrue(
-            [g for g in guards if re.fullmatch(r"64 < s\d+|s\d+ > 64", g)], guards
-        )
+        self.assertEqual(self.counts["tensorcore_mm_dynamic_m_dispatch"], 0)
+        self.assertEqual(sorted(guards), sorted(self.dynamic_m_code(None, 512, False)[1]))
 
 
 class TestTensorCoreMMDynamicGPU(TensorCoreMMTestCase):
@@ -174,30 +247,27 @@ class TestTensorCoreMMDynamicGPU(TensorCoreMMTestCase):
 
     @plans_as_a10g
     def test_dynamic_m_unbounded(self):
-        # M crosses the split: a second graph for the larger M; values right on both
+        # M across every range in one graph: each run's kernel picked at run time
         fn = linear()
         w, b = gpu_randn((4096, 4096), (4096,))
         torch._dynamo.reset()
         with tensorcore(True), no_caches():
-            self.check_values(torch.compile(fn), fn, w, b, (4, 9, 16, 300, 2))
-        # M <= 16 once (the template), M > 16 once; M = 2 reuses the first
-        self.assertEqual(self.counts["tensorcore_mm_dynamic_m_split"], 1)
+            self.check_values(torch.compile(fn), fn, w, b, (4, 9, 16, 17, 300, 2))
+        self.assertEqual(counters["stats"]["unique_graphs"], 1)
         self.assertEqual(self.counts["tensorcore_mm_template"], 1)
 
     @requires_cuda_sm80
-    def test_dynamic_m_split_guard_from_the_cache(self):
-        # a warm cache brings the guard back with the kernel: M past the split still
-        # compiles a graph of its own
+    def test_dynamic_m_dispatch_from_the_cache(self):
+        # a warm cache brings the kernels back with their dispatch: M past a range's end
+        # runs in the same graph
         fn = linear()
         w, b = gpu_randn((4096, 4096), (4096,))
-        dev = mm_tensorcore.current_device_model(torch.device(GPU_TYPE))
-        splits = planner.dynamic_m_splits(linear_problem(4, 4096, 4096), dev, 2, 8192)
         with fresh_cache(), tensorcore(True):
             for _ in range(2):  # cold, then warm
                 torch._dynamo.reset()
                 counters.clear()
                 self.check_values(torch.compile(fn), fn, w, b, (4, 300))
-                self.assertEqual(counters["stats"]["unique_graphs"], 2 if splits else 1)
+                self.assertEqual(counters["stats"]["unique_graphs"], 1)
         hits = (
             counters["inductor"]["fxgraph_cache_hit"]
             + counters["aot_autograd"]["autograd_cache_hit"]

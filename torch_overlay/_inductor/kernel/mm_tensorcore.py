@@ -33,8 +33,6 @@ import operator
 import pathlib
 from typing import Any, TYPE_CHECKING
 
-import sympy
-
 import torch
 from torch._dynamo.utils import counters
 from torch._inductor import config as inductor_config, ir
@@ -537,12 +535,14 @@ def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
     mm = _matmul(target, node, args, kwargs, dtype, dev, epilogue)
     force = _force()
     dynamic_m = not isinstance(mm.m, int) and not getattr(mm.m, "is_number", False)
+    autotune = inductor_config.max_autotune or inductor_config.max_autotune_gemm
     if dynamic_m:
-        the_plan = _plan_dynamic_m(mm.problem, dev, mm.m, force)
+        kernels, the_plan = _plan_dynamic_m(mm.problem, dev, mm.m, force)
+        if kernels:
+            return _lower_dispatch(mm, kernels, force)
     else:
         the_plan = planner.plan(mm.problem, dev, force=force)
     plan_log.debug("%s %s: %s", node, mm.shape, the_plan.describe())
-    autotune = inductor_config.max_autotune or inductor_config.max_autotune_gemm
     if the_plan.path == "gemv":
         return _lower_gemv_plan(mm, autotune)
     # timing needs a live device: a compile from fake tensors alone goes by the prediction
@@ -660,6 +660,11 @@ def _lower_template(
     result, _ = autotune_select_algorithm(name, choices, kernel_inputs.nodes(), layout)
     if not isinstance(result, ir.IRNode):
         raise TypeError(f"{name}: autotuning returned {type(result).__name__}, not IR")
+    return _lowered_template(mm, result)
+
+
+def _lowered_template(mm: _Matmul, result: Any) -> Any:
+    """``result``, the template's output, counted and recorded."""
     _count("tensorcore_mm_template")
     templates = _TEMPLATES.get()
     if templates is not None:  # for compile_with_stock_fallback
@@ -1093,49 +1098,79 @@ def _m_range(m: Any) -> tuple[int, int | None]:
     return 1, None
 
 
-def _range_given(m: Any) -> bool:
-    """M depends on a size whose range the user gave (``mark_dynamic``'s min or max):
-    Dynamo fails the compile on a guard that narrows it. Outside a Dynamo trace (a lazy
-    backward) nothing tells: assume so."""
-    from torch.fx.experimental.symbolic_shapes import StrictMinMaxConstraint
+def _plan_dynamic_m(
+    problem: Any, dev: Any, m: Any, force: Any
+) -> tuple[list[tuple[int, Any]], Any]:
+    """(the kernels a symbolic M picks among at run time, each with the largest M it
+    serves; or [] and the one plan for M's whole range, stock where none holds up).
 
-    try:
-        from torch._dynamo.symbolic_convert import InstructionTranslator
-
-        tracked = InstructionTranslator.current_tx().output.tracked_fakes
-    except Exception:
-        return True
-    symbols = m.free_symbols
-    for fake in tracked:
-        constraints = getattr(fake.symbolic_context, "constraint_sizes", None) or ()
-        for dim, c in enumerate(constraints):
-            if isinstance(c, StrictMinMaxConstraint) and not c.warn_only:
-                size = fake.fake.size(dim)
-                if (
-                    isinstance(size, torch.SymInt)
-                    and size.node.expr.free_symbols & symbols
-                ):
-                    return True
-    return False
-
-
-def _plan_dynamic_m(problem: Any, dev: Any, m: Any, force: Any) -> Any:
-    """The plan for a symbolic M: M up to a split gets a decode-shaped kernel, kept
-    there by a guard on M (a larger M compiles another graph); where the user gave M's
-    range, one plan serves all of it."""
+    M's range is the one Inductor knows (Dynamo gives it ``mark_dynamic``'s min and
+    max); nothing here guards M, so the range holds whole.
+    """
     lower, upper = _m_range(m)
     m_max = min(upper or DYNAMIC_M_CEILING, DYNAMIC_M_CEILING)
-    if not _range_given(m):
-        splits = planner.dynamic_m_splits(problem, dev, lower, m_max, force=force)
-        if splits:
-            # the smallest split at or above the hint; above them all, the largest, whose
-            # guard then reads M > split and sends smaller M to a graph of their own
-            split, the_plan = next((s for s in splits if s[0] >= problem.m), splits[-1])
-            # False, with no guard, where M has no hint
-            if V.graph.sizevars.guard_or_false(sympy.Le(m, split)):
-                _count("tensorcore_mm_dynamic_m_split")
-                return the_plan
-    return planner.plan_dynamic_m(problem, dev, m_max, force=force)
+    # the C++ wrapper calls a multi-kernel with one kernel's arguments, which a
+    # MultiTemplateBuffer's kernels do not share (their grids)
+    if not V.graph.cpp_wrapper:
+        kernels = planner.dynamic_m_kernels(problem, dev, lower, m_max, force=force)
+        if kernels:
+            return kernels, None
+    return [], planner.plan_dynamic_m(problem, dev, m_max, force=force)
+
+
+def _lower_dispatch(mm: _Matmul, kernels: list[tuple[int, Any]], force: Any) -> Any:
+    """The template once per range of a symbolic M, each kernel with its range's plan,
+    picked at run time by Inductor's size-hint multi-kernel (``SizeHintMultiKernel``:
+    the hint nearest M in log2) with no guard on M.
+
+    The plan chooses each hint's caller, nothing is timed; the buffer's timings are
+    the plan's predictions, which the scheduler reads to finalize the buffer (and any
+    hint of ``config.multi_kernel_hints``).
+    """
+    hints = planner.dispatch_hints([bound for bound, _ in kernels])
+    own = next(q for bound, q in kernels if bound >= mm.problem.m)
+    kernel_inputs, _ = _template_inputs(mm, own, force, False)
+    template = tensorcore_bmm_template if mm.batch_dims else tensorcore_mm_template
+    name = f"tensorcore_{mm.op}"
+    callers: dict[int | None, Any] = {}
+    plans = {}
+    for hint, (_, the_plan) in zip(hints, kernels):
+        inputs = TensorCoreMMKernelInputs(
+            kernel_inputs.nodes(),
+            [the_plan.config],
+            scalars=kernel_inputs._scalars,
+            out_dtype=mm.dtype,
+        )
+        overrides = {template.uid: {"hint_override": hint}}
+        choices = V.choices.get_template_configs(inputs, [template], name, overrides)
+        if not choices:
+            raise _Decline("no_config")
+        callers[hint], plans[choices[0]] = choices[0], the_plan
+        if the_plan is own:
+            callers[None] = choices[0]
+    buffer = ir.MultiTemplateBuffer(
+        callers[None].layout,
+        kernel_inputs.nodes(),
+        functools.partial(_predicted_timings, mm, plans),
+        list(plans),
+        functools.reduce(operator.or_, (c.allowed_prologue_inps for c in plans)),
+    )
+    buffer.finalize_as_triton_callers(callers)
+    # the scheduler fuses epilogues into it without benchmarking the choices
+    buffer.planned_choices = True
+    _count("tensorcore_mm_dynamic_m_dispatch")
+    return _lowered_template(mm, ir.TensorBox.create(buffer))
+
+
+def _predicted_timings(
+    mm: _Matmul, plans: dict[Any, Any], hint: int | None
+) -> dict[Any, float]:
+    """Each caller's predicted seconds at M = ``hint`` (None: the size hint)."""
+    p = mm.problem if hint is None else planner.at_m(mm.problem, hint)
+    return {
+        caller: planner.predict(p, mm.dev, q.fused_a, q.fused_b, q.config)
+        for caller, q in plans.items()
+    }
 
 
 def _stock_fn(op: str, dtype: torch.dtype, alpha: Any, beta: Any) -> Callable[..., Any]:

@@ -1222,20 +1222,11 @@ def plan_dynamic_m(
     base = plan(p, dev, allow_gemv=False, force=force)
     if base.path != "template" or m_max <= p.m or force.path or force.config:
         return base
-    big = at_m(p, m_max)
-    stock_small, stock_big = predict(p, dev), predict(big, dev)
-    best, best_worst = None, math.inf
     # every operand set the hint considered: casting x in the kernel pays at small M only
-    for fa, fb in dict.fromkeys(
+    options = dict.fromkeys(
         (q.fused_a, q.fused_b) for q in base.predictions if q.label != "stock"
-    ):
-        for cfg in select_configs(p, dev, fa, fb) + select_configs(big, dev, fa, fb):
-            if cfg.BLOCK_M < 16 and m_max > cfg.BLOCK_M:
-                continue  # more rows: each few-row tile would read the weight again
-            small = predict(p, dev, fa, fb, cfg) / (stock_small * (1.0 - dev.margin))
-            large = predict(big, dev, fa, fb, cfg) / (stock_big * tolerance)
-            if max(small, large) < best_worst:
-                best, best_worst = (fa, fb, cfg), max(small, large)
+    )
+    best, best_worst = range_config(p, dev, m_max, list(options), tolerance)
     if best is None or best_worst > 1.0:
         return Plan(
             "stock",
@@ -1249,8 +1240,33 @@ def plan_dynamic_m(
     )
 
 
-# where a symbolic M may split in two, the range up to the split getting a decode-shaped
-# kernel behind a guard on M; few values, so a graph recompiles for few ranges
+def range_config(
+    p: Problem,
+    dev: DeviceModel,
+    m_max: int,
+    options: list[tuple[bool, bool]],
+    tolerance: float,
+) -> tuple[tuple[bool, bool, TileConfig] | None, float]:
+    """The operands cast in the kernel and the config, among ``options`` and the configs
+    for ``p.m`` and for ``m_max``, whose worse end is best, and that end's ratio: its time
+    at ``p.m`` over the stock path's less the usual margin, at ``m_max`` over
+    ``tolerance`` times the stock path's."""
+    big = at_m(p, m_max)
+    stock_small, stock_big = predict(p, dev), predict(big, dev)
+    best, best_worst = None, math.inf
+    for fa, fb in options:
+        for cfg in select_configs(p, dev, fa, fb) + select_configs(big, dev, fa, fb):
+            if cfg.BLOCK_M < 16 and m_max > cfg.BLOCK_M:
+                continue  # more rows: each few-row tile would read the weight again
+            small = predict(p, dev, fa, fb, cfg) / (stock_small * (1.0 - dev.margin))
+            large = predict(big, dev, fa, fb, cfg) / (stock_big * tolerance)
+            if max(small, large) < best_worst:
+                best, best_worst = (fa, fb, cfg), max(small, large)
+    return best, best_worst
+
+
+# where a symbolic M's range may split, the range up to a split getting a kernel of its
+# own, picked at run time
 M_SPLITS = (16, 64, 256)
 
 
@@ -1261,18 +1277,75 @@ def dynamic_m_splits(
     every M from ``m_min`` to S (by the usual margin at ``m_min``, outright at S), with
     that plan, smallest first.
 
-    A guard M <= S keeps such a kernel from any larger M, whose graph compiles anew: a
-    decode batch that varies keeps a template tuned to its range, a prefill stock.
+    A decode batch that varies keeps a kernel tuned to its range (``dynamic_m_kernels``).
     """
     if force.path or force.config:
         return []
     low = at_m(p, max(1, m_min))
     plans = [
-        (split, plan_dynamic_m(low, dev, split, tolerance=1.0))
+        (split, plan_dynamic_m(low, dev, split, tolerance=1.0, force=force))
         for split in M_SPLITS
         if low.m <= split < m_max
     ]
     return [(split, q) for split, q in plans if q.path == "template"]
+
+
+def dynamic_m_kernels(
+    p: Problem, dev: DeviceModel, m_min: int, m_max: int, force: Force = NO_FORCE
+) -> list[tuple[int, Plan]]:
+    """The kernels a symbolic M picks among at run time, each with the largest M it
+    serves (the last ``m_max``), smallest first; [] where no split lies at or above the
+    hint (``p.m``): then ``plan_dynamic_m`` serves the whole range, or stock.
+
+    Every kernel reads the same operands (the hint's split casts them), since one graph
+    holds them all. Above the largest split the template serves too, with the config
+    planned for ``m_max``: a kernel cannot hand a run to the stock path.
+    """
+    own = next(
+        (q for s, q in dynamic_m_splits(p, dev, m_min, m_max, force) if s >= p.m), None
+    )
+    if own is None:
+        return []
+    fused = (own.fused_a, own.fused_b)
+    splits = dynamic_m_splits(p, dev, m_min, m_max, Force(fused=fused))
+    if not splits or splits[-1][0] >= m_max:
+        return []
+    # the config whose worse end of the range above the splits is best, however slow
+    above = splits[-1][0]
+    best, _ = range_config(at_m(p, above + 1), dev, m_max, [fused], tolerance=1.0)
+    if best is None:
+        return []
+    top = dataclasses.replace(
+        own, config=best[2], reason=f"dynamic M from {above + 1} to {m_max}"
+    )
+    ranges = [*splits, (m_max, top)]
+    if len({q.config.SPLIT_K > 1 for _, q in ranges}) > 1:
+        # the kernels share the call's arguments: a split-K workspace for all or none
+        ranges = [
+            (
+                bound,
+                dataclasses.replace(q, config=dataclasses.replace(q.config, SPLIT_K=1)),
+            )
+            for bound, q in ranges
+        ]
+    kernels: list[tuple[int, Plan]] = []
+    for bound, q in ranges:
+        if kernels and kernels[-1][1].config == q.config:
+            q = kernels.pop()[1]  # one kernel for both ranges
+        kernels.append((bound, q))
+    return kernels
+
+
+def dispatch_hints(bounds: list[int]) -> list[int]:
+    """A size hint per kernel of ``bounds`` (the largest M each serves, ascending) such
+    that the hint nearest M in log2, as Inductor's size-hint multi-kernel dispatches,
+    is that of the kernel whose range holds M: adjacent hints h, h' meet at
+    sqrt(h·h'), between bound and bound + 1."""
+    hints = [bounds[0]]
+    for bound in bounds[:-1]:
+        # the smallest h' with h·h' > (bound + 1/2)²; h <= bound keeps it below bound + 1
+        hints.append(int((bound + 0.5) ** 2 / hints[-1]) + 1)
+    return hints
 
 
 def template_configs(
