@@ -10,7 +10,9 @@ generated CUDA code for the H200's plans and values, on any CUDA GPU with sm_80.
 
 from __future__ import annotations
 
+import math
 import re
+from unittest import mock
 
 import torch
 import torch.nn.functional as F
@@ -103,17 +105,23 @@ class TestDynamicMPlan(TestCase):
         )
 
     def test_dynamic_m_kernels(self):
-        # a decode hint: a kernel up to each split and one above, on the same operands
+        # a decode hint: a kernel up to each split and above them, on the same operands;
+        # x cast apart, so that the kernel of a prefill-sized M stays near stock
         p = linear_problem(4, 4096, 4096)
         kernels = planner.dynamic_m_kernels(p, H200, 2, 8192)
-        self.assertEqual([bound for bound, _ in kernels], [16, 64, 8192])
+        self.assertEqual([bound for bound, _ in kernels], [16, 64, 256, 8192])
         self.assertEqual(kernels[0][1].config.num_warps, 2)  # a 16-row tile's
-        self.assertEqual(len({(q.fused_a, q.fused_b) for _, q in kernels}), 1)
+        self.assertEqual({(q.fused_a, q.fused_b) for _, q in kernels}, {(False, True)})
         self.assertEqual({q.path for _, q in kernels}, {"template"})
         blocks = [q.config.BLOCK_M for _, q in kernels]
         self.assertEqual(blocks, sorted(blocks))
+        # where the kernel above the splits would run far slower than stock: no
+        # kernels, one plan for the range
+        tall = linear_problem(4, 512, 2048)
+        self.assertEqual(planner.dynamic_m_kernels(tall, H200, 2, 8192), [])
         # the kernels share the call's arguments: a split-K workspace in all or none
-        tall = planner.dynamic_m_kernels(linear_problem(4, 512, 2048), H200, 2, 8192)
+        with mock.patch.object(planner, "DISPATCH_TOLERANCE", math.inf):
+            tall = planner.dynamic_m_kernels(tall, H200, 2, 8192)
         self.assertGreater(len(tall), 1)
         self.assertEqual(len({q.config.SPLIT_K > 1 for _, q in tall}), 1, tall)
         # a hint above every split: one plan for the range (plan_dynamic_m), no kernels
@@ -142,7 +150,9 @@ class TestDynamicMPlan(TestCase):
             hints = planner.dispatch_hints(bounds)
             self.assertEqual(hints, sorted(hints))
             for m in [*range(1, 1100), 8191, 8192, 20000]:
-                want = next((i for i, b in enumerate(bounds) if m <= b), len(bounds) - 1)
+                want = next(
+                    (i for i, b in enumerate(bounds) if m <= b), len(bounds) - 1
+                )
                 self.assertEqual(picked(m, hints), want, (bounds, hints, m))
 
 
@@ -174,14 +184,16 @@ class TestTensorCoreMMDynamicCodegen(TensorCoreMMTestCase):
             code = get_code(fn, *gpu_randn((m, 4096), (4096, 4096), (4096,)))
         return [c for c in code if c], guards
 
-    def assertDispatch(self, code, hints):
+    def assertDispatch(self, code, hints, casts=0):
         """One template kernel per hint, run through a size-hint multi-kernel keyed by
-        the hint in M's place."""
+        the hint in M's place; ``casts``: x cast apart."""
         src = "\n".join(code)
         names = re.findall(r"\): (triton_tem_fused_\w+?_\d+),\n", src)
         self.assertEqual(len(names), len(hints), src)
-        self.assertEqual(template_kernels(code), [])  # none run but through the dispatch
-        self.assertEqual(len(cast_kernels(code)), 0, "cast kernels")
+        self.assertEqual(
+            template_kernels(code), []
+        )  # none run but through the dispatch
+        self.assertEqual(len(cast_kernels(code)), casts, "cast kernels")
         self.assertEqual(self.counts["tensorcore_mm_template"], 1)
         self.assertEqual(self.counts["tensorcore_mm_dynamic_m_dispatch"], 1)
         for name in names:
@@ -198,14 +210,15 @@ class TestTensorCoreMMDynamicCodegen(TensorCoreMMTestCase):
         self.assertDispatch(code, planner.dispatch_hints([16, 64]))
 
     def test_dynamic_m_unbounded(self):
-        # a decode batch: a kernel up to 16, up to 64, and one for any larger M
+        # a decode batch: a kernel up to 16, 64, 256 and one for any larger M, x cast
+        # apart so that a prefill-sized M's kernel stays near stock
         code, _ = self.dynamic_m_code(None)
-        self.assertDispatch(code, [16, 18, 232])
+        self.assertDispatch(code, planner.dispatch_hints([16, 64, 256, 8192]), casts=1)
 
     def test_dynamic_m_given_wide_range(self):
         # a range the user gave holds whole, however wide: no guard narrows it
         code, _ = self.dynamic_m_code(1 << 16)
-        self.assertDispatch(code, [16, 18, 232])
+        self.assertDispatch(code, planner.dispatch_hints([16, 64, 256, 8192]), casts=1)
 
     def test_dynamic_m_with_multi_kernel_hints(self):
         # a hint of config.multi_kernel_hints gets the kernel predicted fastest at it
@@ -215,7 +228,7 @@ class TestTensorCoreMMDynamicCodegen(TensorCoreMMTestCase):
         names = re.findall(r"\(48, 4096\)\): (triton_tem_fused_\w+?_\d+),\n", src)
         self.assertEqual(len(names), 1, src)
         self.assertEqual(constexpr(kernel_source(code, names[0]), "BLOCK_M"), 64)
-        self.assertEqual(len(re.findall(r"\): triton_tem_fused_\w+?_\d+,\n", src)), 4)
+        self.assertEqual(len(re.findall(r"\): triton_tem_fused_\w+?_\d+,\n", src)), 5)
 
     def test_no_guard_on_m(self):
         # the lowering leaves the guards on sizes as stock leaves them, bounded or not
@@ -230,7 +243,9 @@ class TestTensorCoreMMDynamicCodegen(TensorCoreMMTestCase):
         code, guards = self.dynamic_m_code(None, m=512)
         self.assertStock(code, "tensorcore_mm_stock:reread")
         self.assertEqual(self.counts["tensorcore_mm_dynamic_m_dispatch"], 0)
-        self.assertEqual(sorted(guards), sorted(self.dynamic_m_code(None, 512, False)[1]))
+        self.assertEqual(
+            sorted(guards), sorted(self.dynamic_m_code(None, 512, False)[1])
+        )
 
 
 class TestTensorCoreMMDynamicGPU(TensorCoreMMTestCase):
