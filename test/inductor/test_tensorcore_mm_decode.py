@@ -539,6 +539,7 @@ class TestTensorCoreMMFreezing(TensorCoreMMTestCase):
                 op(n * k, False),
                 op(n, False) if x_fp32 else None,
                 weight16=True,
+                b_k_contiguous=True,  # a linear's weight, [N, K]
             )
 
         paths = {
@@ -569,6 +570,10 @@ class TestTensorCoreMMFreezing(TensorCoreMMTestCase):
                 (16, 4096, 14336): "stock",
             },
         )
+        # one row of a weight stored [K, N] (GPT-2's Conv1D): read across its rows, the
+        # gemv loses to cuBLAS
+        conv1d = dataclasses.replace(problem(1, 5120, 1280), b_k_contiguous=False)
+        self.assertEqual(planner.plan(conv1d, H200).path, "stock")
         plan = planner.plan(problem(16, 14336, 4096), H200)
         # the weight is read as stored, 2 bytes an element
         self.assertFalse(plan.fused_b)

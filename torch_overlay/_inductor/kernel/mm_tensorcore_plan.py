@@ -1111,8 +1111,9 @@ def _gemv_plan(
     win."""
     if decode16(p, dev):
         # one row of a frozen weight: the gemv where it streams no slower than cuBLAS (one
-        # kernel for x's cast and cuBLAS), never a 16-row tile
-        if gemv.seconds <= stock.seconds:
+        # kernel for x's cast and cuBLAS), never a 16-row tile; a weight stored [K, N]
+        # (GPT-2's Conv1D) is read across its rows, slower than cuBLAS
+        if p.b_k_contiguous and gemv.seconds <= stock.seconds:
             return Plan(
                 "gemv", "predicted no slower, one kernel", predictions=(*preds, gemv)
             )
