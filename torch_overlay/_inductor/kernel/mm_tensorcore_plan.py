@@ -1307,13 +1307,17 @@ def dynamic_m_kernels(
     )
     if own is None:
         return []
-    # x cast apart where casting it in the kernel would make a prefill-sized M slow
-    for fused in dict.fromkeys([(own.fused_a, own.fused_b), (False, own.fused_b)]):
-        ranges = _dispatch_ranges(p, dev, m_min, m_max, own, fused)
-        if ranges:
-            break
-    else:
+    # x cast apart where casting it in the kernel would make a prefill-sized M slower
+    # than stock by more than the tolerance; failing both, the nearer to stock
+    options = [
+        _dispatch_ranges(p, dev, m_min, m_max, own, fused)
+        for fused in dict.fromkeys([(own.fused_a, own.fused_b), (False, own.fused_b)])
+    ]
+    options = [o for o in options if o[0]]
+    if not options:
         return []
+    near = [o for o in options if o[1] <= DISPATCH_TOLERANCE]
+    ranges = (near or sorted(options, key=lambda o: o[1]))[0][0]
     if len({q.config.SPLIT_K > 1 for _, q in ranges}) > 1:
         # the kernels share the call's arguments: a split-K workspace for all or none
         ranges = [
@@ -1333,7 +1337,8 @@ def dynamic_m_kernels(
 
 # how much slower than the stock path a kernel above the splits may be predicted at
 # either end of its range, since a kernel cannot hand a prefill-sized M to cuBLAS (the
-# H200's Llama-3-8B linears: 1.13x up to 4096 rows, 1.3x up to 8192)
+# H200's Llama-3-8B q/o and MLP linears: 1.13x up to 4096 rows, 1.3x up to 8192); the
+# fused operands that keep within it are preferred
 DISPATCH_TOLERANCE = 1.3
 TOP_SPLITS = (256, 1024, 4096)
 
@@ -1345,26 +1350,28 @@ def _dispatch_ranges(
     m_max: int,
     own: Plan,
     fused: tuple[bool, bool],
-) -> list[tuple[int, Plan]]:
-    """The splits' plans with the operands ``fused`` cast in the kernel, then the range
-    above them to ``m_max``; [] where that range's kernel is predicted too slow."""
+) -> tuple[list[tuple[int, Plan]], float]:
+    """The splits' plans with the operands ``fused`` cast in the kernel, then ranges
+    above them to ``m_max``; and the worst predicted ratio to stock's time of those
+    ranges' kernels at their ends ([] where no config serves one)."""
     splits = dynamic_m_splits(p, dev, m_min, m_max, Force(fused=fused))
     if not splits or splits[-1][0] >= m_max:
-        return []
-    ranges = list(splits)
+        return [], math.inf
+    ranges, worst_of_all = list(splits), 0.0
     # above the splits, a kernel per range of 4x, each config near stock at both ends
     bounds = [b for b in TOP_SPLITS if splits[-1][0] < b < m_max] + [m_max]
     for upper in bounds:
         lower = ranges[-1][0] + 1
         best, worst = range_config(at_m(p, lower), dev, upper, [fused], tolerance=1.0)
-        if best is None or worst > DISPATCH_TOLERANCE:
-            return []
+        if best is None:
+            return [], math.inf
+        worst_of_all = max(worst_of_all, worst)
         reason = f"dynamic M from {lower} to {upper}"
         top = dataclasses.replace(
             own, config=best[2], fused_a=fused[0], fused_b=fused[1], reason=reason
         )
         ranges.append((upper, top))
-    return ranges
+    return ranges, worst_of_all
 
 
 def dispatch_hints(bounds: list[int]) -> list[int]:
