@@ -1,7 +1,7 @@
 # Owner(s): ["module: inductor"]
-"""``config.tensorcore_mm_measure`` (off by default: default mode compiles by the
-prediction): a plan the cost model is not sure of is timed on the device, the template's
-kernel against the 16-bit GEMM plus the casts it saves, once per shape and cached on disk.
+"""``config.tensorcore_mm_measure``: a plan the cost model is not sure of is timed on the
+device, the template's kernel against the 16-bit GEMM plus the casts it saves, once per
+shape and cached on disk.
 
 The plans as plain Python for the H200's properties; the choice of the H200's plans with
 mocked timings on any CUDA GPU with sm_80.
@@ -84,34 +84,6 @@ class TestMeasuredPlan(TestCase):
             # where stock is predicted faster nothing is timed, on any architecture
             big = planner.plan(linear_problem(4096, 4096, 4096), dev)
             self.assertEqual((big.path, big.measure), ("stock", False), big.describe())
-
-
-class TestTensorCoreMMPredicted(TensorCoreMMTestCase):
-    # the flag as a user finds it
-    config = {
-        "tensorcore_mm_measure": inductor_config._config["tensorcore_mm_measure"].default
-    }
-
-    @plans_as_h200
-    def test_default_mode_times_nothing(self):
-        # an uncertain plan goes by the prediction: nothing runs on the device
-        timed = []
-
-        def timings(*args):
-            timed.append(args)
-            return 10e-6, 20e-6
-
-        inputs = gpu_randn((256, 4096), (4096, 4096), (4096,))
-        with (
-            mock.patch.object(mm_tensorcore, "_timings", timings),
-            mock.patch("torch.cuda.is_initialized", return_value=True),
-        ):
-            self.cuda_code(linear(), *inputs)
-            self.assertEqual(timed, [])
-            self.assertEqual(self.counts["tensorcore_mm_template"], 1)
-            with inductor_config.patch(tensorcore_mm_measure=True):
-                self.cuda_code(linear(), *inputs)
-        self.assertEqual(len(timed), 1)  # asked to time, it does
 
 
 class TestTensorCoreMMMeasured(TensorCoreMMTestCase):
