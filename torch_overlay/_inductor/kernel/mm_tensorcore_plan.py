@@ -1336,8 +1336,7 @@ def dynamic_m_kernels(
 
 
 # how much slower than the stock path a kernel above the splits may be predicted at
-# either end of its range, since a kernel cannot hand a prefill-sized M to cuBLAS (the
-# H200's Llama-3-8B q/o and MLP linears: 1.13x up to 4096 rows, 1.3x up to 8192); the
+# either end of its range, since a kernel cannot hand a prefill-sized M to cuBLAS; the
 # fused operands that keep within it are preferred
 DISPATCH_TOLERANCE = 1.3
 TOP_SPLITS = (256, 1024, 4096)
