@@ -54,7 +54,8 @@ class TestTensorCoreMMKeptCasts(TensorCoreMMTestCase):
     def test_kept_cast_gemv(self):
         # M=1: the gemv reduction over K reads the kept bf16 weight (K contiguous)
         code = self.kept_code(
-            frozen_linear(4096, 4096).to(GPU_TYPE), torch.randn(1, 4096, device=GPU_TYPE)
+            frozen_linear(4096, 4096).to(GPU_TYPE),
+            torch.randn(1, 4096, device=GPU_TYPE),
         )
         self.assertIn(KEPT, "\n".join(code))
         self.assertEqual(self.counts["tensorcore_mm_gemv_frozen"], 1, dict(self.counts))

@@ -174,7 +174,8 @@ def _cast(store: _Store, param: torch.Tensor, dtype: torch.dtype) -> torch.Tenso
     while the budget allows."""
     key = (id(param), dtype)
     kept = store.casts.get(key)
-    if kept is not None and (kept.version, kept.ptr) == (param._version, param.data_ptr()):
+    now = (param._version, param.data_ptr())
+    if kept is not None and (kept.version, kept.ptr) == now:
         return kept.cast
     if kept is not None:
         _forget(store, key)
@@ -185,7 +186,7 @@ def _cast(store: _Store, param: torch.Tensor, dtype: torch.dtype) -> torch.Tenso
         _warn_once("budget", "param_cast_cache: over its budget; casting on every call")
         return cast
     ref = weakref.ref(param, lambda _, k=key, s=store: _forget(s, k))
-    store.casts[key] = _Cast(cast, param._version, param.data_ptr(), ref)
+    store.casts[key] = _Cast(cast, *now, ref)
     store.held += cast.nbytes
     _count_held(store)
     return cast
