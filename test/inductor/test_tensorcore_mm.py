@@ -255,9 +255,7 @@ class TensorCoreMMTestCase(TestCase):
             # stock path
             shape_padding=False,
             benchmark_epilogue_fusion=False,
-            # timed on a loaded device a plan goes either way: the paths asserted are
-            # the cost model's (the measured choice's own tests turn this on)
-            **{"tensorcore_mm_measure": False, **self.config},
+            **self.config,
         )
         self._config.__enter__()
         self._env = mock.patch.dict(os.environ, {"TORCHINDUCTOR_STRICT_FALLBACKS": "1"})

@@ -574,6 +574,13 @@ class TestTensorCoreMMFreezing(TensorCoreMMTestCase):
         # gemv loses to cuBLAS
         conv1d = dataclasses.replace(problem(1, 5120, 1280), b_k_contiguous=False)
         self.assertEqual(planner.plan(conv1d, H200).path, "stock")
+        # a few rows over an odd vocabulary (GPT-2's lm_head): cuBLAS's unaligned rows
+        # load no vectors, the template streams them
+        lm_head = {
+            n: planner.plan(problem(8, n, 1280, x_fp32=False), H200).path
+            for n in (50257, 50304)
+        }
+        self.assertEqual(lm_head, {50257: "template", 50304: "stock"})
         plan = planner.plan(problem(16, 14336, 4096), H200)
         # the weight is read as stored, 2 bytes an element
         self.assertFalse(plan.fused_b)

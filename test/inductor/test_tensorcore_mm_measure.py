@@ -1,7 +1,7 @@
 # Owner(s): ["module: inductor"]
 """``config.tensorcore_mm_measure``: a plan the cost model is not sure of is timed on the
 device, the template's kernel against the 16-bit GEMM plus the casts it saves, once per
-shape and cached on disk.
+shape and cached on disk. Off by default: default mode times nothing.
 
 The plans as plain Python for the H200's properties; the choice of the H200's plans with
 mocked timings on any CUDA GPU with sm_80.
@@ -14,6 +14,7 @@ from unittest import mock
 
 from torch._inductor import config as inductor_config
 from torch._inductor.kernel import mm_tensorcore, mm_tensorcore_plan as planner
+from torch._inductor.runtime.benchmarking import benchmarker
 from torch._inductor.test_case import run_tests, TestCase
 from torch.testing._internal.common_utils import (
     instantiate_parametrized_tests,
@@ -86,6 +87,36 @@ class TestMeasuredPlan(TestCase):
             self.assertEqual((big.path, big.measure), ("stock", False), big.describe())
 
 
+class TestTensorCoreMMDefaultMode(TensorCoreMMTestCase):
+    @plans_as_h200
+    def test_default_mode_times_nothing(self):
+        # a plan the model is not sure of goes by the prediction: nothing is timed on the
+        # device, by this lowering or by autotuning, unless tensorcore_mm_measure asks
+        self.assertTrue(planner.plan(linear_problem(256, 4096, 4096), H200).measure)
+        timed = []
+
+        def timings(*args):
+            timed.append(args)
+            return 1e-6, 50e-6
+
+        def benchmark(*args, **kwargs):
+            timed.append(args)
+            return 1.0
+
+        inputs = gpu_randn((256, 4096), (4096, 4096), (4096,))
+        with (
+            mock.patch.object(mm_tensorcore, "_timings", timings),
+            mock.patch.object(benchmarker, "benchmark_gpu", benchmark),
+            mock.patch.object(benchmarker, "benchmark", benchmark),
+            mock.patch("torch.cuda.is_initialized", return_value=True),
+        ):
+            self.assertTemplate(self.cuda_code(linear(), *inputs), casts=1)
+            self.assertEqual(timed, [])
+            with inductor_config.patch(tensorcore_mm_measure=True):
+                self.cuda_code(linear(), *inputs)
+            self.assertEqual(len(timed), 1)
+
+
 class TestTensorCoreMMMeasured(TensorCoreMMTestCase):
     config = {"tensorcore_mm_measure": True}
 
@@ -150,6 +181,7 @@ class TestTensorCoreMMMeasured(TensorCoreMMTestCase):
 
 
 instantiate_parametrized_tests(TestMeasuredPlan)
+instantiate_parametrized_tests(TestTensorCoreMMDefaultMode)
 instantiate_parametrized_tests(TestTensorCoreMMMeasured)
 
 if __name__ == "__main__":

@@ -162,6 +162,9 @@ class DeviceModel:
     stream_cublas16_small: float = (
         0.50  # ... a weight under SMALL_WEIGHT16 bytes; 0: as above
     )
+    stream_cublas16_unaligned: float = (
+        0.21  # ... M > 1 and output rows not 16-byte aligned (a 50257-word lm_head)
+    )
     stream16: float = 0.72
     stream16_one_wave: float = 0.55
     stream_gemv16: float = 0.65
@@ -861,6 +864,9 @@ def predict(
             # cuBLAS streams small 16-bit weights at decode slower than large ones
             small = p.b.numel * HALF < SMALL_WEIGHT16 and dev.stream_cublas16_small > 0
             stream = dev.stream_cublas16_small if small else dev.stream_cublas16
+            if p.m > 1 and p.n % 8:
+                # unaligned rows: cuBLAS takes kernels without vector loads
+                stream = dev.stream_cublas16_unaligned
         return (
             casts
             + max(p.flops / dev.mm_flops, bytes16 / (dev.copy_bw * stream))
