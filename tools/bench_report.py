@@ -132,7 +132,8 @@ FAMILY_TEXT = {
                        "model in the region (eager autocast's own cast cache). GPU kernel "
                        "time per call (per token for `generate`; *step*: one forward in a "
                        "region of its own, then backward; *accumulate*: 4 micro-batches in "
-                       "one region), max relative errors against fp32 eager, the casts "
+                       "one region); *wall*: host-to-host time per call, the same calls back "
+                       "to back; max relative errors against fp32 eager, the casts "
                        "held. `bench.py cast-cache`.",
     "batched": "8 x 128 tokens (8 images for ViT): where the plan keeps stock's code. "
                "`bench.py zoo --rows batch8`.",
@@ -326,10 +327,12 @@ def region_table(rows: dict) -> str:
         ratios = [f"{per_call(sides[s]) / cache:.2f}x" if s in sides else "-"
                   for s in ("stock", "overlay", "bf16")]
         errs = " / ".join(f"{sides[s]['err']:.1e}" for s in ("stock", "cache"))
-        body.append([model, row, str(batch), *times, *ratios, errs,
+        wall = " / ".join(f"{per_call(sides[s], 'wall'):.0f}" for s in ("overlay", "cache"))
+        body.append([model, row, str(batch), *times, *ratios, wall, errs,
                      f"{sides['cache'].get('held_mib', 0):.0f}", measured(doc)])
     headers = ["model", "row", "B", *(f"{s} us" for s in REGION_SIDES), "stock / cache",
-               "overlay / cache", "bf16 / cache", "err stock / cache", "held MiB",
+               "overlay / cache", "bf16 / cache", "wall us overlay / cache",
+               "err stock / cache", "held MiB",
                "measured"]
     return markdown_table(headers, body)
 
