@@ -10,9 +10,8 @@ autocast's own cast cache). Rows, per model (the zoo's specs, 2 layers, random w
 ``decode`` (one token, B=1 and 8), ``generate`` (``model.generate()`` over a compiled
 ``forward`` inside one region: per token) and, for models that train in the zoo,
 ``accumulate`` (4 micro-batches, forward and backward, inside one region) and ``step``
-(one forward in a region of its own, then backward). GPU kernel
-time (torch.profiler, summed) and wall time, both passes in alternating order; errors
-against fp32 eager; the bytes of casts the cache holds.
+(one forward in a region of its own, then backward). GPU kernel time (torch.profiler,
+summed) and wall time, both orders; errors against fp32 eager; the casts the cache holds.
 """
 from __future__ import annotations
 

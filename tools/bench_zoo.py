@@ -649,23 +649,22 @@ def compile_only(names, rows=("decode1", "batch8")) -> list[dict]:
 
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="bench.py zoo", description=__doc__.splitlines()[0])
-    p.add_argument("--out", type=pathlib.Path, default=pathlib.Path("bench_out"),
-                   help="directory for zoo.json and zoo.md (default: bench_out)")
-    p.add_argument("--models", type=lambda s: s.split(","), default=list(SPECS),
-                   help=f"default: {','.join(SPECS)}")
-    p.add_argument("--rows", type=lambda s: s.split(","),
-                   help=f"default: {','.join(ROWS)} ({','.join(GRAPH_ROWS)} with --mode)")
-    p.add_argument("--budget-s", type=float, default=DEFAULT_BUDGET_S,
-                   help=f"start no row after this many seconds (default {DEFAULT_BUDGET_S})")
-    p.add_argument("--compiles", type=int, default=DEFAULT_COMPILES,
-                   help="compiles a side, the fastest kept (default "
-                        f"{DEFAULT_COMPILES}): runtime autotuning varies between compiles")
-    p.add_argument("--mode", choices=MODES, default="default",
-                   help="torch.compile's mode for both sides; reduce-overhead and max-autotune "
-                        f"(CUDA graphs) time {' and '.join(GRAPH_ROWS)} as wall time per call")
-    p.add_argument("--compile-only", action="store_true",
-                   help="tiny configs, overlays on, GPU-free H200 code generation")
-    p.add_argument("--list", action="store_true", help="the models and their rows")
+    add = p.add_argument
+    add("--out", type=pathlib.Path, default=pathlib.Path("bench_out"),
+        help="directory for zoo.json and zoo.md (default: bench_out)")
+    add("--models", type=lambda s: s.split(","), default=list(SPECS),
+        help=f"default: {','.join(SPECS)}")
+    add("--rows", type=lambda s: s.split(","),
+        help=f"default: {','.join(ROWS)} ({','.join(GRAPH_ROWS)} with --mode)")
+    add("--budget-s", type=float, default=DEFAULT_BUDGET_S,
+        help=f"start no row after this many seconds (default {DEFAULT_BUDGET_S})")
+    add("--compiles", type=int, default=DEFAULT_COMPILES,
+        help=f"compiles a side, the fastest kept (default {DEFAULT_COMPILES})")
+    add("--mode", choices=MODES, default="default", help="torch.compile's mode for both sides; "
+        f"under CUDA graphs {', '.join(GRAPH_ROWS)} only, timed by wall time per call")
+    add("--compile-only", action="store_true",
+        help="tiny configs, overlays on, GPU-free H200 code generation")
+    add("--list", action="store_true", help="the models and their rows")
     args = p.parse_args(argv)
     rows = ROWS if args.mode == "default" else GRAPH_ROWS
     args.rows = args.rows or list(rows)
