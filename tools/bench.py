@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import gc
+import itertools
 import math
 import pathlib
 import re
@@ -33,11 +34,11 @@ import torch  # noqa: E402
 
 import torch_overlay  # noqa: E402
 from bench_common import (  # noqa: E402
-    REP_MS, WARMUP_MS, environment, gpu_available, log, median_ms, mode_context, one_line,
-    probe_overlays, relative_error, synchronize, warm_up_compiler)
+    REP_MS, WARMUP_MS, attempt, environment, finish, gpu_available, log, median_ms, mode_context,
+    one_line, probe_overlays, relative_error, synchronize, warm_up_compiler)
 from bench_report import (  # noqa: E402
-    floor_ms, is_wrong, new_document, read_json, render_benchmarks, render_run, result_docs,
-    tolerance, upsert, write_json)
+    floor_ms, is_wrong, new_document, read_json, render_benchmarks, result_docs, tolerance,
+    upsert, write_json)
 from bench_workloads import (  # noqa: E402
     DEFAULT_MODES, MODES, WORKLOADS, Case, Mode, all_cases, io_bytes)
 
@@ -107,12 +108,8 @@ def make_input_sets(case: Case, device: str, l2_bytes: int) -> list[tuple[torch.
 
 
 def rotating(call: Callable, input_sets: list) -> Callable[[], object]:
-    state = {"i": 0}
-
-    def next_call():
-        state["i"] += 1
-        return call(*input_sets[state["i"] % len(input_sets)])
-    return next_call
+    sets = itertools.cycle(input_sets[1:] + input_sets[:1])  # the first set checked the call
+    return lambda: call(*next(sets))
 
 
 def reference_outputs(case: Case, inputs: tuple) -> tuple[torch.Tensor, ...]:
@@ -271,9 +268,7 @@ def make_plan(cases: list[Case], modes: list[str],
 
 def unmeasured(case: Case, modes: list[str], result: dict) -> dict:
     """The case's record with ``result`` (skipped, failed) for each of ``modes``."""
-    record = case_record(case)
-    record["modes"] = {m: dict(result) for m in modes}
-    return record
+    return {**case_record(case), "modes": {m: dict(result) for m in modes}}
 
 
 def progress(label: str, res: dict, tol: float, floor: float | None = None) -> str:
@@ -466,26 +461,26 @@ def measure_model(cfg, sizes, *, overlays, force, ceilings, timer=median_ms,
 def run_models(configs, sizes, doc: dict, args) -> None:
     start = time.perf_counter()
     deadline = start + args.budget_s if args.budget_s else math.inf
+    doc["models"] = []
+
+    def keep(record):
+        if not any(x is record for x in doc["models"]):
+            doc["models"].append(record)
+        write_json(doc, args.out / "models.json")  # a killed run keeps what it measured
 
     def on_row(record, name, mode_name):
         r = record["rows"][name]
         log(progress(f"{name:<22} {MODES[mode_name].short:>11}", r["modes"][mode_name],
                      r["tolerance"], r.get("floor_ms")))
-        if not any(x is record for x in doc["models"]):
-            doc["models"].append(record)
-        write_json(doc, args.out / "models.json")  # a killed run keeps what it measured
+        keep(record)
 
     for cfg in configs:
         log(f"[{time.perf_counter() - start:4.0f} s] {cfg.name} ({cfg.source})")
-        try:
-            record = measure_model(cfg, sizes, overlays=args.overlays, force=args.force,
-                                   ceilings=doc["ceilings"], deadline=deadline, on_row=on_row)
-        except Exception as e:  # the model's build or references failed
-            log(f"    failed: {one_line(e)}")
-            record = {"model": cfg.name, "source": cfg.source, "message": one_line(e),
-                      "rows": {}}
-        if not any(r is record for r in doc["models"]):
-            doc["models"].append(record)
+        # the model's build or references may fail
+        keep(attempt(lambda: measure_model(cfg, sizes, overlays=args.overlays, force=args.force,
+                                           ceilings=doc["ceilings"], deadline=deadline,
+                                           on_row=on_row),
+                     {"model": cfg.name, "source": cfg.source, "rows": {}}))
         gc.collect()
         torch.cuda.empty_cache()
 
@@ -506,40 +501,38 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                 epilog=__doc__.split("\n\n", 1)[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", type=pathlib.Path, default=pathlib.Path("bench_out"),
-                   help="directory for the JSON and its tables (default: bench_out)")
-    p.add_argument("--workloads", type=names(list(WORKLOADS)), help="default: all")
-    p.add_argument("--shapes", metavar="REGEX", help="the cases whose label matches")
-    p.add_argument("--modes", type=names(list(MODES)),
-                   help=f"default: {','.join(DEFAULT_MODES)}")
-    p.add_argument("--mnk", metavar="MxNxK,...",
-                   type=lambda s: [tuple(int(d) for d in v.split("x")) for v in s.split(",") if v],
-                   help="linear (and gelu_linear) cases of these shapes instead of the sets")
-    p.add_argument("--graph", action="store_true",
-                   help="time a CUDA-graph replay of one call per input set (no host)")
-    p.add_argument("--max-autotune", choices=("required", "all"), default="required",
-                   help="cases that get the max-autotune modes (default: the required sets)")
-    p.add_argument("--budget-s", type=float,
-                   help=f"skip max-autotune after this many seconds (default {DEFAULT_BUDGET_S}); "
-                        f"models: start no row after it (default {DEFAULT_MODELS_BUDGET_S}); "
-                        "0: no limit")
-    p.add_argument("--overlays", type=lambda s: [n for n in s.split(",") if n],
-                   help="overlays of the overlay modes (default: all registered)")
-    p.add_argument("--force", action="store_true", help="enable overlays despite upstream drift")
-    p.add_argument("--passes", type=int, default=2,
-                   help="measure each mode this many times, in alternating order, and keep "
-                        "the lowest median (max-autotune modes: once)")
-    p.add_argument("--quick", action="store_true",
-                   help=f"smoke run: {', '.join(QUICK_CASES)}; modes {', '.join(QUICK_MODES)}")
-    p.add_argument("--list", action="store_true", help="print the selected cases and exit")
-    p.add_argument("--model-set", choices=("full", "tiny"), default="full",
-                   help="models: the published configs, or toy sizes of the same structure")
+    add = p.add_argument
+    add("--out", type=pathlib.Path, default=pathlib.Path("bench_out"),
+        help="directory for the JSON and its tables (default: bench_out)")
+    add("--workloads", type=names(list(WORKLOADS)), help="default: all")
+    add("--shapes", metavar="REGEX", help="the cases whose label matches")
+    add("--modes", type=names(list(MODES)), help=f"default: {','.join(DEFAULT_MODES)}")
+    add("--mnk", metavar="MxNxK,...",
+        type=lambda s: [tuple(int(d) for d in v.split("x")) for v in s.split(",") if v],
+        help="linear (and gelu_linear) cases of these shapes instead of the sets")
+    add("--graph", action="store_true", help="time a CUDA-graph replay of each input set")
+    add("--max-autotune", choices=("required", "all"), default="required",
+        help="cases that get the max-autotune modes (default: the required sets)")
+    add("--budget-s", type=float,
+        help=f"skip max-autotune after this many seconds (default {DEFAULT_BUDGET_S}); models: "
+             f"start no row after it (default {DEFAULT_MODELS_BUDGET_S}); 0: no limit")
+    add("--overlays", type=lambda s: [n for n in s.split(",") if n],
+        help="overlays of the overlay modes (default: all registered)")
+    add("--force", action="store_true", help="enable overlays despite upstream drift")
+    add("--passes", type=int, default=2,
+        help="measure each mode this many times, in alternating order, and keep the lowest "
+             "median (max-autotune modes: once)")
+    add("--quick", action="store_true",
+        help=f"smoke run: {', '.join(QUICK_CASES)}; modes {', '.join(QUICK_MODES)}")
+    add("--list", action="store_true", help="print the selected cases and exit")
+    add("--model-set", choices=("full", "tiny"), default="full",
+        help="models: the published configs, or toy sizes of the same structure")
     return p.parse_args(argv)
 
 
-def start_run(args, argv: list[str], what: str, settings: dict) -> dict | int:
-    """A run's document, with its ceilings and the compile workers started; or the exit
-    status when the run cannot start."""
+def measured_run(args, argv: list[str], what: str, settings: dict, body: Callable) -> int:
+    """``body(doc)`` on a run's document, with its ceilings and the compile workers
+    started, then its JSON and tables written; or the exit status when it cannot start."""
     known = torch_overlay.load_overlays()
     unknown = [n for n in args.overlays or [] if n not in known]
     if unknown:
@@ -560,16 +553,13 @@ def start_run(args, argv: list[str], what: str, settings: dict) -> dict | int:
     log(f"device copy {c['copy_GBps'] / 1e3:.2f} TB/s, "
         f"bf16 cuBLAS {c['bf16_mm_TFLOPs']:.0f} TFLOP/s")
     doc["env"]["compile_workers"] = warm_up_compiler("cuda")
-    return doc
-
-
-def finish(doc: dict, json_path: pathlib.Path) -> None:
-    """The JSON, and its tables beside it."""
-    write_json(doc, json_path)
-    text = render_run(doc)
-    log(text)
-    json_path.with_suffix(".md").write_text(text)
-    log(f"results: {json_path}")
+    start = time.perf_counter()
+    try:
+        body(doc)
+    finally:
+        doc["wall_s"] = time.perf_counter() - start
+        finish(doc, args.out / ("models.json" if what == "models" else "bench.json"))
+    return 0
 
 
 def main_models(args, argv: list[str]) -> int:
@@ -582,17 +572,8 @@ def main_models(args, argv: list[str]) -> int:
         return 0
     settings = {"model_set": args.model_set, "sizes": dataclasses.asdict(sizes),
                 "budget_s": args.budget_s}
-    doc = start_run(args, argv, "models", settings)
-    if isinstance(doc, int):
-        return doc
-    start = time.perf_counter()
-    doc["models"] = []
-    try:
-        run_models(configs, sizes, doc, args)
-    finally:
-        doc["wall_s"] = time.perf_counter() - start
-        finish(doc, args.out / "models.json")
-    return 0
+    return measured_run(args, argv, "models", settings,
+                        lambda doc: run_models(configs, sizes, doc, args))
 
 
 def main_ops(args, argv: list[str]) -> int:
@@ -612,16 +593,12 @@ def main_ops(args, argv: list[str]) -> int:
         return 2
     settings = {"modes": modes, "max_autotune": args.max_autotune, "budget_s": args.budget_s,
                 "timer": "CUDA-graph replay" if args.graph else "do_bench"}
-    doc = start_run(args, argv, "ops", settings)
-    if isinstance(doc, int):
-        return doc
     plan = make_plan(cases, modes, args.max_autotune)
-    log(f"plan: {len(plan)} steps over {len(cases)} cases; modes {', '.join(modes)}")
-    try:
+
+    def run(doc):
+        log(f"plan: {len(plan)} steps over {len(cases)} cases; modes {', '.join(modes)}")
         run_benchmarks(plan, doc, args)
-    finally:
-        finish(doc, args.out / "bench.json")
-    return 0
+    return measured_run(args, argv, "ops", settings, run)
 
 
 def report(paths: list[str]) -> int:

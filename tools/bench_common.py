@@ -1,5 +1,5 @@
-"""What every benchmark of tools/bench.py shares: logging, the timer, the overlay
-state of a mode, the run's environment."""
+"""What every benchmark of tools/bench.py shares: logging, the timers, the overlay
+state of a mode, the run's environment and its results files."""
 from __future__ import annotations
 
 import contextlib
@@ -9,11 +9,13 @@ import pathlib
 import platform
 import shlex
 import subprocess
-from typing import Callable
+import traceback
+from typing import Callable, Sequence
 
 import torch
 
 import torch_overlay
+from bench_report import render_run, write_json
 from bench_workloads import MODES, Mode
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -29,6 +31,18 @@ def median_ms(fn: Callable[[], object]) -> float:
     import triton.testing
 
     return triton.testing.do_bench(fn, warmup=WARMUP_MS, rep=REP_MS, return_mode="median")
+
+
+def both_orders(sides: Sequence[str], measure: Callable[[str], None]) -> None:
+    """``measure`` each side in the given order, then in reverse: going first or last
+    (a cold clock, the caches another side filled) favours no side."""
+    for order in (list(sides), list(sides)[::-1]):
+        for side in order:
+            measure(side)
+
+
+def mean(values) -> float:
+    return sum(values) / len(values)
 
 
 def relative_error(outputs, refs) -> float:
@@ -78,6 +92,17 @@ def mode_context(mode: Mode, overlays: list[str] | None, force: bool, fresh: boo
 def one_line(e: BaseException) -> str:
     text = f"{type(e).__name__}: {e}".strip().splitlines()
     return text[0][:300] if text else type(e).__name__
+
+
+def attempt(job: Callable[[], dict], failed: dict) -> dict:
+    """``job()``; once it raises, ``failed`` with the exception's line: one row's failure
+    is a result, and the run goes on."""
+    try:
+        return job()
+    except Exception as e:
+        traceback.print_exc()
+        log(f"    failed: {one_line(e)}")
+        return {**failed, "status": "failed", "message": one_line(e)}
 
 
 def warm_up_compiler(device: str) -> int:
@@ -133,3 +158,12 @@ def probe_overlays(names: list[str] | None, force: bool) -> list[str] | None:
     else:
         log(f"overlays: {', '.join(enabled) or 'none: the overlay modes measure stock Inductor'}")
     return enabled
+
+
+def finish(doc: dict, json_path: pathlib.Path) -> None:
+    """The JSON, and its tables beside it."""
+    write_json(doc, json_path)
+    text = render_run(doc)
+    json_path.with_suffix(".md").write_text(text)
+    wall = f"; {doc['wall_s']:.0f} s in all" if "wall_s" in doc else ""
+    log(f"{text}\nresults: {json_path}{wall}")

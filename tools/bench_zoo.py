@@ -12,6 +12,7 @@ orders. BENCHMARKS.md ("How it is measured", the families' notes) says what each
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import dataclasses
 import functools
@@ -27,9 +28,9 @@ from unittest import mock
 import torch
 
 import torch_overlay
-from bench_common import (environment, gpu_available, log, one_line, probe_overlays,
-                          relative_error, warm_up_compiler)
-from bench_report import render_run, write_json
+from bench_common import (attempt, both_orders, environment, finish, gpu_available, log, mean,
+                          one_line, probe_overlays, relative_error, warm_up_compiler)
+from bench_report import write_json
 
 ROWS = ("decode1", "decode_dyn", "batch8", "train", "generate", "generate_static")
 MODES = ("default", "reduce-overhead", "max-autotune")
@@ -218,15 +219,19 @@ def side_config(side: str):
     return torch._inductor.config.patch({f: side == "overlay" for f in flags})
 
 
+def warm_up(call, warmup: int) -> None:
+    for _ in range(warmup):
+        call()
+    torch.cuda.synchronize()
+
+
 def kernel_us(call, iters: int = ITERS, warmup: int = WARMUP) -> float:
     """GPU time per call: the profiler's CUDA events summed (kernels, memsets, copies; not
     annotations), as its "Self CUDA time total" sums them."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
-    for _ in range(warmup):
-        call()
-    torch.cuda.synchronize()
+    warm_up(call, warmup)
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(iters):
             call()
@@ -244,9 +249,7 @@ WALL_TIMER = "wall time per call (CUDA-graph replays back to back)"
 
 def wall_us(call, iters: int = ITERS, warmup: int = WARMUP) -> float:
     """Host-to-host time per call, the GPU synchronized before and after ``iters`` calls."""
-    for _ in range(warmup):
-        call()
-    torch.cuda.synchronize()
+    warm_up(call, warmup)
     start = time.perf_counter()
     for _ in range(iters):
         call()
@@ -300,15 +303,16 @@ def same_code(a: list[str], b: list[str]) -> bool | None:
 
 def time_sides(entries: dict, runner: Callable, timer: Callable, compiles: int) -> None:
     """Both sides timed twice, in both orders; each side keeps its fastest compile's."""
-    keys = list(itertools.product(("stock", "overlay"), range(compiles), entries))
-    times = {key: [] for key in keys}
-    for order in (("stock", "overlay"), ("overlay", "stock")):
-        for side, c, b in sorted(keys, key=lambda k: order.index(k[0])):
-            with side_config(side):
+    times = collections.defaultdict(list)
+
+    def measure(side):
+        with side_config(side):
+            for c, b in itertools.product(range(compiles), entries):
                 times[side, c, b].append(timer(runner(side, c, b)))
+    both_orders(("stock", "overlay"), measure)
     for b, e in entries.items():
         for side, res in e["sides"].items():
-            means = [sum(times[side, c, b]) / len(times[side, c, b]) for c in range(compiles)]
+            means = [mean(times[side, c, b]) for c in range(compiles)]
             best = min(range(compiles), key=means.__getitem__)
             res["us"], res["mean_us"] = times[side, best, b], means[best]
             if compiles > 1:
@@ -426,6 +430,33 @@ def measure_row(spec: Spec, model, row: str, device: str = "cuda", timer=kernel_
     return [entries[b] for b in sorted(batches)]
 
 
+def generate_args(model, seed: int, device: str) -> tuple[torch.Tensor, dict]:
+    """A random prompt of PROMPT tokens at batch 1, and generate()'s arguments for
+    NEW_TOKENS greedy new tokens with their logits."""
+    gen = torch.Generator(device).manual_seed(seed)
+    ids = torch.randint(0, model.config.vocab_size, (1, PROMPT), device=device, generator=gen)
+    return ids, dict(max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False,
+                     return_dict_in_generate=True, output_logits=True, pad_token_id=0)
+
+
+def generate_errors(out, ref: torch.Tensor, eager) -> dict:
+    """The first step's logits against fp32 eager's, and the share of eager autocast's
+    tokens generated."""
+    return {"err": max_rel_err(out.logits[0], ref),
+            "token_match": (out.sequences == eager.sequences).float().mean().item()}
+
+
+@contextlib.contextmanager
+def compiled_forwards(model, sides, compile=torch.compile):
+    """Per side ``model.forward`` compiled as a code object of its own; ``use(side)`` puts
+    it on the instance, where generate() looks it up."""
+    forwards = {side: compile(fresh(type(model).forward.__get__(model))) for side in sides}
+    try:
+        yield lambda side: setattr(model, "forward", forwards[side])
+    finally:
+        model.__dict__.pop("forward", None)
+
+
 def measure_generate(spec: Spec, model, row: str, device: str = "cuda", timer=kernel_us,
                      compile=torch.compile) -> list[dict]:
     """``model.generate()`` over a compiled ``model.forward``, as transformers documents
@@ -435,10 +466,7 @@ def measure_generate(spec: Spec, model, row: str, device: str = "cuda", timer=ke
     against fp32 eager, and the share of eager autocast's tokens each side generates."""
     from torch._inductor.utils import fresh_cache
 
-    gen = torch.Generator(device).manual_seed(zlib.crc32(f"{spec.name}/{row}".encode()))
-    ids = torch.randint(0, model.config.vocab_size, (1, PROMPT), device=device, generator=gen)
-    kw = dict(max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False,
-              return_dict_in_generate=True, output_logits=True, pad_token_id=0)
+    ids, kw = generate_args(model, zlib.crc32(f"{spec.name}/{row}".encode()), device)
     if row == "generate_static":
         kw["cache_implementation"] = "static"
 
@@ -450,27 +478,20 @@ def measure_generate(spec: Spec, model, row: str, device: str = "cuda", timer=ke
     eager = generate()  # fails where transformers fails (its static cache under autocast)
     entry = {"model": spec.name, "hidden": spec.hidden, "row": row, "batch": 1,
              "tokens": NEW_TOKENS, "eager_err": max_rel_err(eager.logits[0], ref), "sides": {}}
-    forwards = {}
-
-    def on(side):
-        model.forward = forwards[side]  # generate() calls the instance's forward
-        return generate()
-    try:
+    with compiled_forwards(model, ("stock", "overlay"), compile) as use:
+        def on(side):
+            use(side)
+            return generate()
         for side in ("stock", "overlay"):
-            forwards[side] = compile(fresh(type(model).forward.__get__(model)))
             with side_config(side), fresh_cache():
                 start = time.perf_counter()
                 out = on(side)
-                seconds = time.perf_counter() - start
-                entry["sides"][side] = {
-                    "compile_s": seconds, "err": max_rel_err(out.logits[0], ref),
-                    "token_match": (out.sequences == eager.sequences).float().mean().item()}
+                entry["sides"][side] = {"compile_s": time.perf_counter() - start,
+                                        **generate_errors(out, ref, eager)}
                 if device == "cuda":
                     entry["sides"][side]["peak_mib"] = peak_mib(lambda: on(side))
         time_sides({1: entry}, lambda side, c, b: lambda: on(side),
                    lambda call: timer(call, iters=1, warmup=1) / NEW_TOKENS, 1)
-    finally:
-        model.__dict__.pop("forward", None)
     return [entry]
 
 
@@ -488,18 +509,27 @@ def run(args, argv) -> int:
         log(f"overlays not enabled: {e}")
     env = {**environment(["zoo", *argv], overlays), "transformers": transformers.__version__,
            "compile_workers": workers}
-    timer, timer_name = ((kernel_us, PROFILER_TIMER) if args.mode == "default"
-                         else (wall_us, WALL_TIMER))
-    compile = (torch.compile if args.mode == "default" else
-               functools.partial(torch.compile, mode=args.mode))
-    doc = {"env": env, "settings": {"timer": timer_name, "warmup": WARMUP, "iters": ITERS,
-                                    "budget_s": args.budget_s, "compiles": args.compiles,
-                                    "mode": args.mode},
+    graphs = args.mode != "default"
+    doc = {"env": env, "settings": {"timer": WALL_TIMER if graphs else PROFILER_TIMER,
+                                    "warmup": WARMUP, "iters": ITERS, "budget_s": args.budget_s,
+                                    "compiles": args.compiles, "mode": args.mode},
            "models": {}, "rows": []}
+    compile = functools.partial(torch.compile, mode=args.mode) if graphs else torch.compile
     plan = [(m, r) for m, r in ORDER if m in args.models and r in args.rows
             and r in SPECS[m].rows()]
     last = {m: i for i, (m, _) in enumerate(plan)}
     models, start = {}, time.perf_counter()
+
+    def measure(spec, row):
+        if spec.name not in models:
+            models[spec.name] = model = build(spec, "cuda")
+            doc["models"][spec.name] = {"source": spec.source, "config": spec.kwargs,
+                                        "params": sum(p.numel() for p in model.parameters()),
+                                        "attn": model.config._attn_implementation}
+        if row.startswith("generate"):
+            return measure_generate(spec, models[spec.name], row)
+        return measure_row(spec, models[spec.name], row, timer=wall_us if graphs else kernel_us,
+                           compile=compile, compiles=args.compiles)
     for i, (name, row) in enumerate(plan):
         spec, elapsed = SPECS[name], time.perf_counter() - start
         failed = {"model": name, "hidden": spec.hidden, "row": row}
@@ -507,35 +537,23 @@ def run(args, argv) -> int:
             doc["rows"].append({**failed, "status": "skipped", "message": "time budget spent"})
         else:
             log(f"[{elapsed:4.0f} s] {name} {row}")
-            try:
-                if name not in models:
-                    models[name] = model = build(spec, "cuda")
-                    doc["models"][name] = {"source": spec.source, "config": spec.kwargs,
-                                           "params": sum(p.numel() for p in model.parameters()),
-                                           "attn": model.config._attn_implementation}
-                measured = (measure_generate(spec, models[name], row)
-                            if row.startswith("generate") else
-                            measure_row(spec, models[name], row, timer=timer,
-                                        compile=compile, compiles=args.compiles))
-                for e in measured:
-                    doc["rows"].append(e)
-                    s, o = e["sides"]["stock"], e["sides"]["overlay"]
-                    log(f"    B={e['batch']}: stock {s['mean_us']:.1f} us, overlay "
-                        f"{o['mean_us']:.1f} us, {e['ratio']:.2f}x; err {s['err']:.1e} / "
-                        f"{o['err']:.1e}; compile {s.get('compile_s', 0):.1f} / "
-                        f"{o.get('compile_s', 0):.1f} s; overlay counters {o.get('counters')}")
-            except Exception as e:  # one row's failure must not end the run
-                doc["rows"].append({**failed, "status": "failed", "message": one_line(e)})
-                log(f"    failed: {one_line(e)}")
+            measured = attempt(lambda: measure(spec, row), failed)
+            for e in measured if isinstance(measured, list) else [measured]:
+                doc["rows"].append(e)
+                if "sides" not in e:
+                    continue
+                s, o = e["sides"]["stock"], e["sides"]["overlay"]
+                log(f"    B={e['batch']}: stock {s['mean_us']:.1f} us, overlay "
+                    f"{o['mean_us']:.1f} us, {e['ratio']:.2f}x; err {s['err']:.1e} / "
+                    f"{o['err']:.1e}; compile {s.get('compile_s', 0):.1f} / "
+                    f"{o.get('compile_s', 0):.1f} s; overlay counters {o.get('counters')}")
         if last[name] == i:
             models.pop(name, None)
         gc.collect()
         torch.cuda.empty_cache()
         doc["wall_s"] = time.perf_counter() - start
         write_json(doc, args.out / "zoo.json")  # after each row: a killed run keeps it
-    text = render_run(doc)
-    (args.out / "zoo.md").write_text(text)
-    log(text + f"\nresults: {args.out / 'zoo.json'}; {doc['wall_s']:.0f} s in all")
+    finish(doc, args.out / "zoo.json")
     return 0
 
 
@@ -631,23 +649,22 @@ def compile_only(names, rows=("decode1", "batch8")) -> list[dict]:
 
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="bench.py zoo", description=__doc__.splitlines()[0])
-    p.add_argument("--out", type=pathlib.Path, default=pathlib.Path("bench_out"),
-                   help="directory for zoo.json and zoo.md (default: bench_out)")
-    p.add_argument("--models", type=lambda s: s.split(","), default=list(SPECS),
-                   help=f"default: {','.join(SPECS)}")
-    p.add_argument("--rows", type=lambda s: s.split(","),
-                   help=f"default: {','.join(ROWS)} ({','.join(GRAPH_ROWS)} with --mode)")
-    p.add_argument("--budget-s", type=float, default=DEFAULT_BUDGET_S,
-                   help=f"start no row after this many seconds (default {DEFAULT_BUDGET_S})")
-    p.add_argument("--compiles", type=int, default=DEFAULT_COMPILES,
-                   help="compiles a side, the fastest kept (default "
-                        f"{DEFAULT_COMPILES}): runtime autotuning varies between compiles")
-    p.add_argument("--mode", choices=MODES, default="default",
-                   help="torch.compile's mode for both sides; reduce-overhead and max-autotune "
-                        f"(CUDA graphs) time {' and '.join(GRAPH_ROWS)} as wall time per call")
-    p.add_argument("--compile-only", action="store_true",
-                   help="tiny configs, overlays on, GPU-free H200 code generation")
-    p.add_argument("--list", action="store_true", help="the models and their rows")
+    add = p.add_argument
+    add("--out", type=pathlib.Path, default=pathlib.Path("bench_out"),
+        help="directory for zoo.json and zoo.md (default: bench_out)")
+    add("--models", type=lambda s: s.split(","), default=list(SPECS),
+        help=f"default: {','.join(SPECS)}")
+    add("--rows", type=lambda s: s.split(","),
+        help=f"default: {','.join(ROWS)} ({','.join(GRAPH_ROWS)} with --mode)")
+    add("--budget-s", type=float, default=DEFAULT_BUDGET_S,
+        help=f"start no row after this many seconds (default {DEFAULT_BUDGET_S})")
+    add("--compiles", type=int, default=DEFAULT_COMPILES,
+        help=f"compiles a side, the fastest kept (default {DEFAULT_COMPILES})")
+    add("--mode", choices=MODES, default="default", help="torch.compile's mode for both sides; "
+        f"under CUDA graphs {', '.join(GRAPH_ROWS)} only, timed by wall time per call")
+    add("--compile-only", action="store_true",
+        help="tiny configs, overlays on, GPU-free H200 code generation")
+    add("--list", action="store_true", help="the models and their rows")
     args = p.parse_args(argv)
     rows = ROWS if args.mode == "default" else GRAPH_ROWS
     args.rows = args.rows or list(rows)

@@ -37,11 +37,9 @@ CONFIG = "torch/_inductor/config.py"
 GENERATED = ("series", "UPSTREAM_PIN")  # besides *.patch; patches/*.md are inputs
 # no user or system git config: the series is reproducible (its patches' authors and
 # dates are the project's, ``authorship``; the scratch commits' are these)
-GIT_ENV = {
-    "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull,
-    "GIT_AUTHOR_NAME": "scratch", "GIT_AUTHOR_EMAIL": "scratch@localhost",
-    "GIT_COMMITTER_NAME": "scratch", "GIT_COMMITTER_EMAIL": "scratch@localhost",
-}
+GIT_ENV = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull,
+           **{f"GIT_{who}_{what}": value for who in ("AUTHOR", "COMMITTER")
+              for what, value in (("NAME", "scratch"), ("EMAIL", "scratch@localhost"))}}
 # an edit's variant for an older torch (<stem>.<overlay>.torch-2.11.diff): never exported
 VARIANT = re.compile(r"\.torch-\d+\.\d+\.diff$")
 FORBIDDEN = "torch_overlay"  # no added line of the series may name it
@@ -82,7 +80,6 @@ def rel(path: pathlib.Path) -> str:
 
 
 # -- the overlays, from the registry ------------------------------------------
-
 
 @dataclasses.dataclass
 class OverlayExport:
@@ -168,13 +165,15 @@ def collect() -> list[OverlayExport]:
 
 # -- unified diffs: hunks and added lines --------------------------------------
 
-
 @dataclasses.dataclass
 class FilePatch:
     path: str                       # b/ path
     new_file: bool
     hunks: list[tuple[str, ...]]    # each hunk's lines, with their ' ', '-', '+' prefixes
     added: dict[int, str]           # line number in the new file -> added text
+    # lines of the old file that the hunks change, and for a pure insertion the lines on
+    # either side of it
+    rewritten: set[int] = dataclasses.field(default_factory=set)
 
 
 _HUNK = re.compile(r"^@@ -(?P<old>\d+)(?:,(?P<old_n>\d+))? \+(?P<new>\d+)(?:,(?P<new_n>\d+))? @@")
@@ -205,7 +204,8 @@ def _read_hunk(lines: list[str], i: int, header: re.Match, fp: FilePatch) -> int
     """Add to ``fp`` the hunk of ``header`` whose body starts at ``lines[i]``; the index
     past it."""
     old_left, new_left = (int(n) if n is not None else 1 for n in header.group("old_n", "new_n"))
-    new_no, hunk = int(header["new"]), []
+    old_no, new_no, hunk = int(header["old"]), int(header["new"]), []
+    removed = False  # the change under way replaces lines
     while i < len(lines) and (old_left > 0 or new_left > 0):
         body = lines[i] or " "  # an empty context line stripped of its space
         if body[0] not in " +-\\":
@@ -214,8 +214,13 @@ def _read_hunk(lines: list[str], i: int, header: re.Match, fp: FilePatch) -> int
         if body[0] == "\\":  # "\ No newline at end of file"
             continue
         hunk.append(body)
+        if body[0] == "-":
+            fp.rewritten.add(old_no)
+        elif body[0] == "+" and not removed:
+            fp.rewritten.update((old_no - 1, old_no))
+        removed = body[0] == "-" or (removed and body[0] == "+")
         if body[0] in " -":
-            old_left -= 1
+            old_no, old_left = old_no + 1, old_left - 1
         if body[0] in " +":
             if body[0] == "+":
                 fp.added[new_no] = body[1:]
@@ -239,7 +244,6 @@ def check_same_hunks(overlay: OverlayExport, patch: pathlib.Path) -> None:
 
 
 # -- trees and the series -----------------------------------------------------
-
 
 def torch_info() -> dict[str, str]:
     import torch
@@ -430,7 +434,6 @@ def build_series(out_dir: pathlib.Path, work: pathlib.Path) -> list[str]:
 
 # -- a file at any point of the series; the parts' diffs from an edited file ----
 
-
 def tree_path(path: str) -> str:
     """The series' path of a project file (``torch_overlay/_inductor/x.py`` is
     ``torch/_inductor/x.py``; tests and upstream paths are as they are)."""
@@ -549,7 +552,6 @@ def rebase_parts(paths: Iterable[str] = ()) -> tuple[list[pathlib.Path], list[st
 
 # -- staleness -----------------------------------------------------------------
 
-
 _VOLATILE = re.compile(r"^(From [0-9a-f]{40} .*|Date: .*)$", re.M)
 
 
@@ -568,7 +570,6 @@ def stale(patches: pathlib.Path, fresh: pathlib.Path) -> list[str]:
 
 
 # -- what the series adds: no project name, no import-time reassignment --------
-
 
 def _import_time_statements(body: list[ast.stmt]) -> Iterable[ast.stmt]:
     """Statements that run when the module is imported (not inside a def or class)."""
@@ -678,27 +679,7 @@ def audit_patch(tree: pathlib.Path, patch: pathlib.Path, overlay: OverlayExport,
 
 # -- upstream's style: its formatter and lint leave every added line as it is --
 
-
 STYLE = REPO / "tools" / "upstream_style.toml"  # [tool.ruff] and [tool.usort], as upstream's
-
-
-def _rewritten_lines(diff: str) -> set[int]:
-    """Lines of the original file that a formatter's unified diff changes, and for a pure
-    insertion the lines on either side of it."""
-    touched: set[int] = set()
-    old, removed = 0, False  # removed: the change under way replaces lines
-    for line in diff.splitlines():
-        if m := _HUNK.match(line):
-            old, removed = int(m["old"]), False
-        elif line.startswith("-") and not line.startswith("---"):
-            touched.add(old)
-            old, removed = old + 1, True
-        elif line.startswith("+") and not line.startswith("+++"):
-            if not removed:
-                touched.update((old - 1, old))
-        elif line.startswith(" "):
-            old, removed = old + 1, False
-    return touched
 
 
 def _tool(tree: pathlib.Path, *args: str) -> subprocess.CompletedProcess:
@@ -723,7 +704,8 @@ def style_problems(tree: pathlib.Path, files: dict[str, FilePatch]) -> list[str]
             out = _tool(tree, *args, path)
             if out.returncode not in (0, 1) or (out.returncode and not out.stdout):
                 problems.append(f"{path}: {tool} failed: {out.stderr.strip()[:300]}")
-            elif lines := sorted(_rewritten_lines(out.stdout) & added):
+            elif lines := sorted(added.intersection(set().union(
+                    *(f.rewritten for f in parse_diff(out.stdout).values())))):
                 problems.append(f"{path}:{lines[0]}: {tool} rewrites {len(lines)} added "
                                 f"line(s): `python tools/export_patches.py --style-fix FILE`")
         out = _tool(tree, "ruff", "check", "--output-format", "concise", "--quiet", path)
@@ -762,7 +744,6 @@ def style_fix(paths: Iterable[pathlib.Path]) -> list[str]:
 
 
 # -- --check -------------------------------------------------------------------
-
 
 def apply_series(repo: pathlib.Path, patches: pathlib.Path,
                  names: list[str] | None = None) -> None:
@@ -1024,10 +1005,8 @@ def _pristine_fails(tree: pathlib.Path, tmp: pathlib.Path, patched: dict[str, Ru
     if result.probe_error or passing:
         print(result.probe_error or "[check] these pass (or skip) without the series, so they "
               "do not test it:\n  " + "\n  ".join(passing), file=sys.stderr)
-    print(f"[check] the {len(expected)} exported tests: patched copy "
-          f"{sum(r.count('PASSED') for r in patched.values())} passed, "
-          f"{sum(r.count('FAILED', 'ERROR') for r in patched.values())} failed, "
-          f"{sum(r.count('SKIPPED') for r in patched.values())} skipped (values: "
+    every = RunResult({n: o for r in patched.values() for n, o in r.outcomes.items()}, "", "")
+    print(f"[check] the {len(expected)} exported tests: patched copy {every.counts()} (values: "
           f"GPU only); pristine copy {failed} failed")
     return not (result.probe_error or passing)
 
@@ -1055,7 +1034,6 @@ def _failures(result: RunResult) -> str:
 
 
 # -- --upstream ----------------------------------------------------------------
-
 
 def try_upstream(path: pathlib.Path) -> int:
     path = path.resolve()
@@ -1095,23 +1073,19 @@ def try_upstream(path: pathlib.Path) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add = parser.add_argument
-    add("--check", action="store_true",
-        help="fail if patches/ is stale, does not apply or compile, adds what upstream "
-             "cannot take, or its tests do not pass patched and fail pristine")
+    add("--check", action="store_true", help="fail if patches/ is stale, does not apply or compile, "
+        "adds what upstream cannot take, or its tests do not pass patched and fail pristine")
     add("--no-tests", action="store_true", help="with --check: skip the test runs")
     add("--compare-junit", type=pathlib.Path, metavar="XML",
         help="with --check: each exported test file has its outcomes of this `pytest test/`")
     add("--pytest-arg", action="append", default=[], metavar="ARG",
         help="with --check: passed to the pytest runs (e.g. -n=12 on the GPU)")
-    add("--no-stale-step", action="store_true",
-        help="with --check: skip the staleness step (a copy with no git history)")
-    add("--no-style-step", action="store_true",
-        help="with --check: skip the formatter and lint (a machine without ruff and usort)")
+    add("--no-stale-step", action="store_true", help="with --check: no staleness step (no .git)")
+    add("--no-style-step", action="store_true", help="with --check: no formatter, lint (no ruff)")
     add("--upstream", type=pathlib.Path, metavar="PATH",
         help="report how the series applies to a pytorch checkout (left untouched)")
     add("--show", metavar="PATH", help="print a file as it stands after a patch (--after)")
-    add("--after", metavar="PATCH",
-        help="with --show: the patch's number or overlay or part name (default: the last)")
+    add("--after", metavar="PATCH", help="with --show: a patch's number, overlay or part name")
     add("--rebase-parts", nargs="*", metavar="FILE",
         help="rewrite the series/ diffs of the parts that edit these files (default: all)")
     add("--style-fix", type=pathlib.Path, nargs="+", metavar="FILE",
