@@ -148,22 +148,22 @@ FAMILY_TEXT = {
                 "(inference only): single operators (`bench.py ops --modes stock_freezing,"
                 "overlay_freezing`), then whole decoder stacks (`bench.py models`).",
 }
-HOW_MEASURED = """\
-Every figure is a time measured on the GPU named above its table, with the torch and
-triton releases named there, on the date in its row's *measured* column; ratios are
-how many times faster the first side is, both sides measured in the same run.
-
-- *profiler*: GPU kernel time of one call (torch.profiler's CUDA events, summed over
-  20 calls after 3 warm-up calls); each side compiled cold in its own cache, timed in
-  both orders, the faster of N compiles a side (*cN*). fp32 parameters under bf16
-  autocast, random weights of the public configs' dimensions, 2 layers.
-- *wall*: host-to-host time per call of 20 CUDA-graph replays back to back. *same code*:
-  both sides generated the same code, so their ratio is runtime autotuning's spread.
-- *graph*: a CUDA-graph replay of one call per input set, inputs rotated past the L2;
-  *do_bench*: `triton.testing.do_bench` median of the calls, host included. *pN*: the
-  modes measured N times in alternating order, the lower median kept.
-- Errors are relative (rms for the zoo) against an fp64 reference; a result more than
-  4x eager's error is **WRONG** and never timed."""
+HOW_MEASURED = "\n".join((
+    "Every figure is a time measured on the GPU named above its table, with the torch and "
+    "triton releases named there, on the date in its row's *measured* column; ratios are how "
+    "many times faster the first side is, both sides measured in the same run.",
+    "",
+    "- *profiler*: GPU kernel time of one call (torch.profiler's CUDA events, summed over 20 "
+    "calls after 3 warm-up calls); each side compiled cold in its own cache, timed in both "
+    "orders, the faster of N compiles a side (*cN*). fp32 parameters under bf16 autocast, "
+    "random weights of the public configs' dimensions, 2 layers.",
+    "- *wall*: host-to-host time per call of 20 CUDA-graph replays back to back. *same code*: "
+    "both sides generated the same code, so their ratio is runtime autotuning's spread.",
+    "- *graph*: a CUDA-graph replay of one call per input set, inputs rotated past the L2; "
+    "*do_bench*: `triton.testing.do_bench` median of the calls, host included. *pN*: the "
+    "modes measured N times in alternating order, the lower median kept.",
+    "- Errors are relative (rms for the zoo) against an fp64 reference; a result more than 4x "
+    "eager's error is **WRONG** and never timed."))
 
 
 def result_docs(directory: pathlib.Path = RESULTS) -> list[tuple[str, list[dict]]]:
