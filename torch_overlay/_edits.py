@@ -96,11 +96,14 @@ class FileDiff:
     upstream: str  # e.g. torch/_inductor/kernel/mm.py
     hunks: tuple[Hunk, ...]
     text: str
+    # a variant for a release that lacks this function: no hunks, nothing to edit there
+    absent: str | None = None
 
     @classmethod
     def read(cls, path: pathlib.Path) -> "FileDiff":
         text = path.read_text()
         upstream, hunks, current, heading, start = None, [], None, "", 0
+        absent = None
         for line in text.splitlines():
             if m := _HUNK_HEADER.match(line):
                 if current:
@@ -109,15 +112,17 @@ class FileDiff:
             elif current is None:  # the file header, before the first hunk
                 if line.startswith("+++ "):
                     upstream = line[4:].strip().removeprefix("b/")
+                elif line.startswith("absent: "):
+                    absent = line.removeprefix("absent: ").strip()
             elif line[:1] in (" ", "-", "+"):
                 current.append(line)
             elif line == "":
                 current.append(" ")  # an empty context line some editors strip the space of
         if current:
             hunks.append(Hunk(start, tuple(current), heading))
-        if upstream is None or not hunks:
+        if upstream is None or not (hunks or absent):
             raise EditError(f"{path}: not a unified diff of one upstream file")
-        return cls(path, upstream, tuple(hunks), text)
+        return cls(path, upstream, tuple(hunks), text, absent)
 
     @property
     def module(self) -> str:
@@ -237,7 +242,10 @@ def select_edit(primary: pathlib.Path) -> FileDiff:
     error = None
     for diff in candidates:
         try:
-            apply_hunks(source, diff)
+            if diff.absent is not None:
+                _check_absent(source, diff)
+            else:
+                apply_hunks(source, diff)
             return diff
         except EditError as e:
             error = error or e
@@ -247,6 +255,13 @@ def select_edit(primary: pathlib.Path) -> FileDiff:
         others = ", ".join(d.path.name for d in candidates[1:])
         raise EditError(f"{error}; its variants for older releases do not apply either ({others})")
     raise error
+
+
+def _check_absent(source: str, diff: FileDiff) -> None:
+    """A variant for releases without ``diff.absent`` applies where it is not defined."""
+    if diff.absent in dict(_parse_definitions(source)):
+        raise EditError(f"{diff.path.name}: {diff.upstream} defines {diff.absent} "
+                        f"in torch {torch_version()}")
 
 
 @dataclasses.dataclass(frozen=True)

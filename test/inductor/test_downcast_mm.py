@@ -5,8 +5,9 @@
 ``DowncastMMChoices`` (kernel/mm_downcast.py) offers the Triton mm template alone where
 the weight is an fp32 -> 16-bit cast used by the matmul alone and one row tile spans M;
 prologue fusion (``config.prologue_fusion_downcast``) then loads the fp32 weight in the
-template. The plan (kernel/mm_downcast_plan.py) is checked as plain Python, the code
-with ``get_code`` (nothing runs), the values on a GPU.
+template. One row over an [N, K] weight lowers to a reduction over K instead
+(``_use_small_mm_pointwise``). The plan (kernel/mm_downcast_plan.py) is checked as plain
+Python, the code with ``get_code`` (nothing runs), the values on a GPU.
 """
 
 import dataclasses
@@ -74,6 +75,21 @@ class TestDowncastMMPlan(TestCase):
         self.assertEqual(self.plan(64, n=4096).configs[0].BLOCK_N, 32)
         self.assertEqual(self.plan(64, n=14336).configs[0].BLOCK_N, 64)
 
+    def test_one_row_reduces_over_k(self):
+        p = downcast_plan.DowncastMM(
+            m_max=1, n=4096, k=4096, weight_downcast=True, k_contiguous=True
+        )
+        self.assertTrue(downcast_plan.reduces_over_k(p))
+        for change in (
+            {"m_max": 2},
+            {"k_contiguous": False},
+            {"weight_downcast": False},
+            {"n": 512, "k": 512},
+        ):
+            self.assertFalse(
+                downcast_plan.reduces_over_k(dataclasses.replace(p, **change))
+            )
+
     def test_neighbours(self):
         p = downcast_plan.DowncastMM(m_max=16, n=4096, k=4096, weight_downcast=True)
         configs = downcast_plan.plan(
@@ -134,14 +150,43 @@ class TestDowncastMM(TestCase):
             "extern_kernels.mm"
         ).run(code)
 
+    def check_reduction(self, code):
+        # a reduction over K loads the fp32 weight; no kernel writes its 16-bit copy
+        FileCheck().check("def triton_red").check("tl.sum").run(code)
+        self.assertNotIn("def triton_tem", code)
+        self.assertNotIn("extern_kernels.mm", code)
+        self.assertEqual(counters["inductor"]["decompose_mm_pointwise"], 1)
+
     @skipIfRocm
-    @parametrize("m", (1, 16, 37, 64))
+    @parametrize("m", (16, 37, 64))
     @parametrize("bias", (True, False))
     def test_decode_takes_the_template(self, m, bias):
         code = get_code(torch.compile(linear), *self.inputs(m, bias=bias))[0]
         self.check_template(code)
         # one choice: nothing benchmarked in default mode
         self.assertEqual(counters["inductor"]["select_algorithm_autotune"], 0)
+
+    @skipIfRocm
+    def test_one_row_with_bias_takes_the_template(self):
+        # addmm has no lowering as a reduction
+        code = get_code(torch.compile(linear), *self.inputs(1))[0]
+        self.check_template(code)
+
+    def test_one_row_reduces(self):
+        code = get_code(torch.compile(linear), *self.inputs(1, bias=False))[0]
+        self.check_reduction(code)
+        self.assertNotIn("16777216", code)  # 4096 x 4096
+
+    def test_one_row_kn_weight_takes_the_template(self):
+        # a [K, N] weight: each output would read a strided column
+        def fn(x, w):
+            with torch.autocast(GPU_TYPE, torch.bfloat16):
+                return x @ w
+
+        x = torch.randn(1, 4096, device=GPU_TYPE)
+        w = torch.randn(4096, 4096, device=GPU_TYPE)
+        code = get_code(torch.compile(fn), x, w)[0]
+        self.check_template(code)
 
     @parametrize("m", (65, 256))
     def test_rows_past_one_tile_stay_stock(self, m):
@@ -165,6 +210,8 @@ class TestDowncastMM(TestCase):
     def test_flag_off(self):
         code = get_code(torch.compile(linear), *self.inputs(16))[0]
         self.assertNotIn("def triton_tem", code)
+        code = get_code(torch.compile(linear), *self.inputs(1, bias=False))[0]
+        self.assertNotIn("def triton_red", code)
 
     @skipIfRocm
     @requires_gpu
@@ -178,6 +225,18 @@ class TestDowncastMM(TestCase):
         ref = F.linear(x.double(), w.double(), b.double())
         self.assertEqual(out, expected, atol=0.05, rtol=0.05)
         # no further from fp64 than eager autocast, beyond a rounding step of the output
+        self.assertLessEqual(
+            (out.double() - ref).norm(), 1.01 * (expected.double() - ref).norm()
+        )
+
+    @requires_gpu
+    def test_one_row_values(self):
+        x, w = self.inputs(1, n=2300, k=2000, bias=False)
+        out, (code,) = run_and_get_code(torch.compile(linear), x, w)
+        self.check_reduction(code)
+        expected = linear(x, w)
+        ref = F.linear(x.double(), w.double())
+        self.assertEqual(out, expected, atol=0.05, rtol=0.05)
         self.assertLessEqual(
             (out.double() - ref).norm(), 1.01 * (expected.double() - ref).norm()
         )

@@ -9,24 +9,52 @@ contributor, offers the Triton mm template instead where each of its row tiles s
 so nothing is benchmarked, beside the other choices under max-autotune. The scheduler
 then fuses the cast into the template's load of the weight as a prologue
 (``config.prologue_fusion_downcast``): the weight is read once, as fp32, and cast in
-registers.
+registers. One row over an [N, K] weight is lowered instead as a reduction over K
+(``downcast_mm_reduces``, asked by ``_use_small_mm_pointwise``), whose loads fuse the cast.
 """
 
 from __future__ import annotations
 
 from typing import Any, TYPE_CHECKING
 
+import torch
 from torch._inductor import config
 from torch._inductor.choices import InductorChoices, register_inductor_choices
-from torch._inductor.heuristics.template.downcast_mm import DOWNCAST_OPS
+from torch._inductor.heuristics.template.downcast_mm import (
+    DOWNCAST_OPS,
+    downcast_problem,
+)
 from torch._inductor.kernel.mm import mm_template
+from torch._inductor.kernel.mm_downcast_plan import reduces_over_k
 from torch._inductor.kernel_inputs import MMKernelInputs
 from torch._inductor.select_algorithm import ExternKernelChoice
 from torch._inductor.utils import use_triton_template
+from torch._inductor.virtualized import V
+
+
+aten = torch.ops.aten
 
 
 if TYPE_CHECKING:
     from torch._inductor.kernel_inputs import KernelInputs
+
+
+def downcast_mm_reduces() -> bool:
+    """The mm being lowered is one row over a single-use downcast of an [N, K] fp32
+    weight: as a reduction over K, the weight is read once, as fp32, in order."""
+    node = V.graph.current_node
+    if (
+        not config.downcast_mm_template
+        or node is None
+        or node.target is not aten.mm.default
+        or not all(a in V.graph.env for a in node.args[:2])
+    ):
+        return False
+    kernel_inputs = MMKernelInputs([V.graph.env[a] for a in node.args[:2]])
+    if kernel_inputs.device_type != "cuda":
+        return False
+    problem = downcast_problem(kernel_inputs, "mm")
+    return problem is not None and reduces_over_k(problem)
 
 
 class DowncastMMChoices(InductorChoices):

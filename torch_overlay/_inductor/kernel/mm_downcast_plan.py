@@ -44,6 +44,7 @@ class DowncastMM:
     k: int
     weight_downcast: bool  # the weight is an fp32 tensor cast in front, used once
     a_itemsize: int = 2  # x as the template loads it (its cast stays a kernel apart)
+    k_contiguous: bool = False  # the weight is [N, K] in memory (F.linear's)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,6 +104,18 @@ def _fitted(cfg: TileConfig, p: DowncastMM, dev: Device) -> TileConfig | None:
                 return fitted
         cfg = dataclasses.replace(cfg, BLOCK_K=cfg.BLOCK_K // 2)
     return None
+
+
+def reduces_over_k(p: DowncastMM) -> bool:
+    """One row over an [N, K] weight: a reduction over K, each output a dot product of
+    one weight row read in order, streams the weight faster than a 16-row template tile
+    that leaves 15 rows of each MMA idle; its loads fuse the cast like any pointwise."""
+    return (
+        p.weight_downcast
+        and p.m_max == 1
+        and p.k_contiguous
+        and p.n * p.k >= MIN_WEIGHT_NUMEL
+    )
 
 
 def plan(p: DowncastMM, dev: Device, *, neighbours: bool = False) -> Plan:

@@ -74,15 +74,31 @@ def _reads_fp32_downcast(node: Any) -> bool:
     )
 
 
-def _weight_downcast(kernel_inputs: MMKernelInputs, op_name: str) -> bool:
-    """The lowered matmul's weight (mat2) is an fp32 tensor cast to 16 bits for it alone."""
+def _weight_arg(op_name: str) -> Any:
+    """The FX value of the lowered matmul's weight (mat2); None where there is none."""
     node = V.graph.current_node
     index = {"mm": 1, "addmm": 2}[op_name]
     if node is None or len(node.args) <= index:
-        return False
-    return _single_use_downcast(node.args[index]) and _reads_fp32_downcast(
+        return None
+    return node.args[index]
+
+
+def _weight_downcast(kernel_inputs: MMKernelInputs, op_name: str) -> bool:
+    """The lowered matmul's weight (mat2) is an fp32 tensor cast to 16 bits for it alone."""
+    arg = _weight_arg(op_name)
+    return _single_use_downcast(arg) and _reads_fp32_downcast(
         kernel_inputs.mat1mat2()[1]
     )
+
+
+def _k_contiguous(op_name: str) -> bool:
+    """The weight, ``[K, N]`` to the matmul, is ``[N, K]`` in memory: F.linear's ``w.t()``."""
+    arg = _weight_arg(op_name)
+    val = arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None
+    if not isinstance(val, torch.Tensor) or val.dim() != 2:
+        return False
+    stride = val.stride(0)
+    return isinstance(stride, int) and stride == 1
 
 
 def _m_max(m: sympy.Expr) -> int | None:
@@ -108,6 +124,7 @@ def downcast_problem(kernel_inputs: MMKernelInputs, op_name: str) -> DowncastMM 
         k=int(k),
         weight_downcast=_weight_downcast(kernel_inputs, op_name),
         a_itemsize=kernel_inputs.mat1mat2()[0].get_dtype().itemsize,
+        k_contiguous=_k_contiguous(op_name),
     )
 
 
