@@ -46,7 +46,9 @@ if not torch_overlay.killed():
 # exported tests of what an older supported release lacks the upstream place for
 _NEEDS = {
     ("test_downcast_mm.py::TestDowncastMM::test_one_row_reduces",
-     "test_downcast_mm.py::TestDowncastMM::test_one_row_values"): (
+     "test_downcast_mm.py::TestDowncastMM::test_one_row_with_bias_reduces",
+     "test_downcast_mm.py::TestDowncastMM::test_one_row_values_bias_False",
+     "test_downcast_mm.py::TestDowncastMM::test_one_row_values_bias_True"): (
         lambda: hasattr(_mm_common(), "_use_small_mm_pointwise"),
         "this torch lowers no mm as a reduction over K (_use_small_mm_pointwise)",
     ),

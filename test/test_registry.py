@@ -231,6 +231,12 @@ class TestEdits(TestCase):
         variant.write_text("absent: plain\n" + header)
         with self.assertRaisesRegex(EditError, "variants for older releases do not apply"):
             select_edit(primary)
+        # a function of another module that the edit builds on
+        variant.write_text("absent: torch/nn/functional.py:not_here\n" + header)
+        self.assertEqual(select_edit(primary).path, variant)
+        variant.write_text("absent: torch/nn/functional.py:relu\n" + header)
+        with self.assertRaisesRegex(EditError, "variants for older releases do not apply"):
+            select_edit(primary)
 
 
 @contextlib.contextmanager
@@ -263,8 +269,9 @@ class TestOverlays(TestCase):
         edited = sorted({f for o in status.overlays for f in o.functions})
         from torch._inductor.kernel import mm_common
 
-        # torch 2.11 has no _use_small_mm_pointwise for downcast_mm to edit
-        self.assertEqual(len(edited), 17 if hasattr(mm_common, "_use_small_mm_pointwise") else 16)
+        # torch 2.11 lowers no mm as a reduction: downcast_mm edits neither
+        # _use_small_mm_pointwise nor the addmm unfusing there
+        self.assertEqual(len(edited), 19 if hasattr(mm_common, "_use_small_mm_pointwise") else 16)
         self.assertLessEqual(len(status.replaced), len(edited))
         for overlay in status.overlays:
             self.assertEqual(overlay.state, "active", overlay.reason)

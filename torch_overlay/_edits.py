@@ -258,9 +258,15 @@ def select_edit(primary: pathlib.Path) -> FileDiff:
 
 
 def _check_absent(source: str, diff: FileDiff) -> None:
-    """A variant for releases without ``diff.absent`` applies where it is not defined."""
-    if diff.absent in dict(_parse_definitions(source)):
-        raise EditError(f"{diff.path.name}: {diff.upstream} defines {diff.absent} "
+    """A variant for releases without ``diff.absent`` (a function of the edited file, or
+    ``torch/...py:name`` of another that the edit builds on) applies where it is not
+    defined."""
+    upstream, _, name = diff.absent.rpartition(":")
+    if upstream:
+        module = upstream.removesuffix(".py").replace("/", ".")
+        source = inspect.getsource(importlib.import_module(module))
+    if name in dict(_parse_definitions(source)):
+        raise EditError(f"{diff.path.name}: {upstream or diff.upstream} defines {name} "
                         f"in torch {torch_version()}")
 
 

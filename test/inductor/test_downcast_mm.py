@@ -166,16 +166,19 @@ class TestDowncastMM(TestCase):
         # one choice: nothing benchmarked in default mode
         self.assertEqual(counters["inductor"]["select_algorithm_autotune"], 0)
 
-    @skipIfRocm
-    def test_one_row_with_bias_takes_the_template(self):
-        # addmm has no lowering as a reduction
-        code = get_code(torch.compile(linear), *self.inputs(1))[0]
-        self.check_template(code)
-
     def test_one_row_reduces(self):
         code = get_code(torch.compile(linear), *self.inputs(1, bias=False))[0]
         self.check_reduction(code)
         self.assertNotIn("16777216", code)  # 4096 x 4096
+
+    def test_one_row_with_bias_reduces(self):
+        # the addmm is unfused (should_prefer_unfused_addmm), its bias added in the
+        # reduction's kernel: x's cast and the reduction are the only kernels
+        code = get_code(torch.compile(linear), *self.inputs(1))[0]
+        self.check_reduction(code)
+        self.assertNotIn("extern_kernels.addmm", code)
+        self.assertEqual(code.count("@triton.jit"), 2)
+        self.assertEqual(counters["inductor"]["pattern_matcher_count"], 1)
 
     def test_one_row_kn_weight_takes_the_template(self):
         # a [K, N] weight: each output would read a strided column
@@ -230,12 +233,13 @@ class TestDowncastMM(TestCase):
         )
 
     @requires_gpu
-    def test_one_row_values(self):
-        x, w = self.inputs(1, n=2300, k=2000, bias=False)
-        out, (code,) = run_and_get_code(torch.compile(linear), x, w)
+    @parametrize("bias", (True, False))
+    def test_one_row_values(self, bias):
+        args = self.inputs(1, n=2300, k=2000, bias=bias)
+        out, (code,) = run_and_get_code(torch.compile(linear), *args)
         self.check_reduction(code)
-        expected = linear(x, w)
-        ref = F.linear(x.double(), w.double())
+        expected = linear(*args)
+        ref = F.linear(*(a.double() for a in args))
         self.assertEqual(out, expected, atol=0.05, rtol=0.05)
         self.assertLessEqual(
             (out.double() - ref).norm(), 1.01 * (expected.double() - ref).norm()

@@ -10,7 +10,9 @@ so nothing is benchmarked, beside the other choices under max-autotune. The sche
 then fuses the cast into the template's load of the weight as a prologue
 (``config.prologue_fusion_downcast``): the weight is read once, as fp32, and cast in
 registers. One row over an [N, K] weight is lowered instead as a reduction over K
-(``downcast_mm_reduces``, asked by ``_use_small_mm_pointwise``), whose loads fuse the cast.
+(``downcast_mm_reduces``, asked by ``_use_small_mm_pointwise``), whose loads fuse the
+cast; an addmm of one row is unfused for it first (``downcast_addmm_reduces``, asked by
+the post-grad ``should_prefer_unfused_addmm``), so that its bias add joins that kernel.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from torch._inductor.choices import InductorChoices, register_inductor_choices
 from torch._inductor.heuristics.template.downcast_mm import (
     DOWNCAST_OPS,
     downcast_problem,
+    downcast_problem_fx,
 )
 from torch._inductor.kernel.mm import mm_template
 from torch._inductor.kernel.mm_downcast_plan import reduces_over_k
@@ -54,6 +57,16 @@ def downcast_mm_reduces() -> bool:
     if kernel_inputs.device_type != "cuda":
         return False
     problem = downcast_problem(kernel_inputs, "mm")
+    return problem is not None and reduces_over_k(problem)
+
+
+def downcast_addmm_reduces(mat1: Any, mat2: Any) -> bool:
+    """An addmm of these FX operands is one row over a single-use downcast of an
+    [N, K] fp32 weight: unfused, its mm lowers as a reduction over K
+    (``downcast_mm_reduces``) and the bias add fuses into that kernel."""
+    if not config.downcast_mm_template:
+        return False
+    problem = downcast_problem_fx(mat1, mat2)
     return problem is not None and reduces_over_k(problem)
 
 

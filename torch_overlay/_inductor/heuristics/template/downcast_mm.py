@@ -58,6 +58,43 @@ def _single_use_downcast(arg: Any) -> bool:
     )
 
 
+def _fx_downcast(arg: Any) -> bool:
+    """The FX value ``arg`` is views of an fp32 -> 16-bit cast, each used once."""
+    if not _single_use_downcast(arg):
+        return False
+    while arg.target in _VIEWS:
+        arg = arg.args[0]
+    src, dst = arg.args[0], arg
+    return (
+        isinstance(src, torch.fx.Node)
+        and getattr(src.meta.get("val"), "dtype", None) == torch.float32
+        and getattr(dst.meta.get("val"), "dtype", None)
+        in (torch.float16, torch.bfloat16)
+    )
+
+
+def downcast_problem_fx(mat1: Any, mat2: Any) -> DowncastMM | None:
+    """The plan's view of a matmul from its FX operands, before lowering; None where a
+    size is symbolic or the operands are not on CUDA."""
+    a, b = (getattr(x, "meta", {}).get("val") for x in (mat1, mat2))
+    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+        return None
+    if a.dim() != 2 or b.dim() != 2 or b.device.type != "cuda":
+        return None
+    (m, k), n = a.shape, b.shape[1]
+    if not all(isinstance(v, int) for v in (m, n, k)):
+        return None
+    stride = b.stride(0)
+    return DowncastMM(
+        m_max=m,
+        n=n,
+        k=k,
+        weight_downcast=_fx_downcast(mat2),
+        a_itemsize=a.dtype.itemsize,
+        k_contiguous=isinstance(stride, int) and stride == 1,
+    )
+
+
 def _reads_fp32_downcast(node: Any) -> bool:
     """The IR ``node`` is (a view of) a pointwise 16-bit cast of one fp32 buffer."""
     while not isinstance(node, ir.Buffer) and hasattr(node, "data"):
