@@ -109,13 +109,9 @@ def _fitted(cfg: TileConfig, p: DowncastMM, dev: Device) -> TileConfig | None:
 def reduces_over_k(p: DowncastMM) -> bool:
     """One row over an [N, K] weight: a reduction over K, each output a dot product of
     one weight row read in order, streams the weight faster than a 16-row template tile
-    that leaves 15 rows of each MMA idle; its loads fuse the cast like any pointwise."""
-    return (
-        p.weight_downcast
-        and p.m_max == 1
-        and p.k_contiguous
-        and p.n * p.k >= MIN_WEIGHT_NUMEL
-    )
+    that leaves 15 rows of each MMA idle; its loads fuse the cast like any pointwise.
+    One kernel where stock runs two (the cast, the GEMM): a gain at any size."""
+    return p.weight_downcast and p.m_max == 1 and p.k_contiguous
 
 
 def plan(p: DowncastMM, dev: Device, *, neighbours: bool = False) -> Plan:
