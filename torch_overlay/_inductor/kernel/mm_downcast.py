@@ -24,7 +24,6 @@ from torch._inductor import config
 from torch._inductor.choices import InductorChoices, register_inductor_choices
 from torch._inductor.heuristics.template.downcast_mm import (
     DOWNCAST_OPS,
-    downcast_problem,
     downcast_problem_fx,
 )
 from torch._inductor.kernel.mm import mm_template
@@ -46,24 +45,17 @@ def downcast_mm_reduces() -> bool:
     """The mm being lowered is one row over a single-use downcast of an [N, K] fp32
     weight: as a reduction over K, the weight is read once, as fp32, in order."""
     node = V.graph.current_node
-    if (
-        not config.downcast_mm_template
-        or node is None
-        or node.target is not aten.mm.default
-        or not all(a in V.graph.env for a in node.args[:2])
-    ):
-        return False
-    kernel_inputs = MMKernelInputs([V.graph.env[a] for a in node.args[:2]])
-    if kernel_inputs.device_type != "cuda":
-        return False
-    problem = downcast_problem(kernel_inputs, "mm")
-    return problem is not None and reduces_over_k(problem)
+    return (
+        node is not None
+        and node.target is aten.mm.default
+        and downcast_addmm_reduces(*node.args[:2])
+    )
 
 
 def downcast_addmm_reduces(mat1: Any, mat2: Any) -> bool:
-    """An addmm of these FX operands is one row over a single-use downcast of an
-    [N, K] fp32 weight: unfused, its mm lowers as a reduction over K
-    (``downcast_mm_reduces``) and the bias add fuses into that kernel."""
+    """A matmul of these FX operands is one row over a single-use downcast of an
+    [N, K] fp32 weight, so its mm reduces over K (``downcast_mm_reduces``); an addmm
+    is unfused for it, and the bias add joins that kernel."""
     if not config.downcast_mm_template:
         return False
     problem = downcast_problem_fx(mat1, mat2)
