@@ -181,7 +181,6 @@ class TestTensorCoreMMMeasured(TensorCoreMMTestCase):
 
 
 instantiate_parametrized_tests(TestMeasuredPlan)
-instantiate_parametrized_tests(TestTensorCoreMMDefaultMode)
 instantiate_parametrized_tests(TestTensorCoreMMMeasured)
 
 if __name__ == "__main__":
