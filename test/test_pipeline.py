@@ -123,7 +123,21 @@ class TestPipeline(TestCase):
         self.assertEqual(found, [])
 
 
+def own_lines(name: str, text: str):
+    """(number, line) of the project's own words: a diff's context and removed lines
+    are upstream's (its comments may cite upstream PRs by number)."""
+    diff = name.endswith((".diff", ".patch"))
+    for number, line in enumerate(text.splitlines(), 1):
+        if not (diff and line[:1] in (" ", "-")):
+            yield number, line
+
+
 class TestNoNarration(TestCase):
+    def test_upstream_lines_of_a_diff_are_not_ours(self):
+        text = " # unfuse (PR #183680)\n-# was (PR #1)\n+# see #50\n"
+        self.assertEqual([n for n, _ in own_lines("x.diff", text)], [3])
+        self.assertEqual([n for n, _ in own_lines("x.md", text)], [1, 2, 3])
+
     def test_the_check_finds_narration(self):
         sess = "sess" + "ion"
         for line in (f"the twenty-sixth {sess}'s heading", f"no H100 this {sess}",
@@ -149,7 +163,7 @@ class TestNoNarration(TestCase):
             except (UnicodeDecodeError, OSError):
                 continue  # binary, or not in this copy
             files += 1
-            for number, line in enumerate(text.splitlines(), 1):
+            for number, line in own_lines(name, text):
                 for words in narration(line):
                     found.append(f"{name}:{number}: {words!r}: {line.strip()[:100]}")
         self.assertGreater(files, 100)
