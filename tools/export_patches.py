@@ -37,9 +37,11 @@ CONFIG = "torch/_inductor/config.py"
 GENERATED = ("series", "UPSTREAM_PIN")  # besides *.patch; patches/*.md are inputs
 # no user or system git config: the series is reproducible (its patches' authors and
 # dates are the project's, ``authorship``; the scratch commits' are these)
-GIT_ENV = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull,
-           **{f"GIT_{who}_{what}": value for who in ("AUTHOR", "COMMITTER")
-              for what, value in (("NAME", "scratch"), ("EMAIL", "scratch@localhost"))}}
+GIT_ENV = {
+    "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull,
+    "GIT_AUTHOR_NAME": "scratch", "GIT_AUTHOR_EMAIL": "scratch@localhost",
+    "GIT_COMMITTER_NAME": "scratch", "GIT_COMMITTER_EMAIL": "scratch@localhost",
+}
 # an edit's variant for an older torch (<stem>.<overlay>.torch-2.11.diff): never exported
 VARIANT = re.compile(r"\.torch-\d+\.\d+\.diff$")
 FORBIDDEN = "torch_overlay"  # no added line of the series may name it

@@ -126,7 +126,7 @@ class FileDiff:
 
     @property
     def module(self) -> str:
-        return self.upstream.removesuffix(".py").replace("/", ".")
+        return module_of(self.upstream)
 
     @property
     def declares_config(self) -> bool:
@@ -257,14 +257,18 @@ def select_edit(primary: pathlib.Path) -> FileDiff:
     raise error
 
 
+def module_of(upstream: str) -> str:
+    """``torch._inductor.kernel.mm`` of ``torch/_inductor/kernel/mm.py``."""
+    return upstream.removesuffix(".py").replace("/", ".")
+
+
 def _check_absent(source: str, diff: FileDiff) -> None:
     """A variant for releases without ``diff.absent`` (a function of the edited file, or
     ``torch/...py:name`` of another that the edit builds on) applies where it is not
     defined."""
     upstream, _, name = diff.absent.rpartition(":")
     if upstream:
-        module = upstream.removesuffix(".py").replace("/", ".")
-        source = inspect.getsource(importlib.import_module(module))
+        source = inspect.getsource(importlib.import_module(module_of(upstream)))
     if name in dict(_parse_definitions(source)):
         raise EditError(f"{diff.path.name}: {upstream or diff.upstream} defines {name} "
                         f"in torch {torch_version()}")

@@ -11,8 +11,8 @@ then fuses the cast into the template's load of the weight as a prologue
 (``config.prologue_fusion_downcast``): the weight is read once, as fp32, and cast in
 registers. One row over an [N, K] weight is lowered instead as a reduction over K
 (``downcast_mm_reduces``, asked by ``_use_small_mm_pointwise``), whose loads fuse the
-cast; an addmm of one row is unfused for it first (``downcast_addmm_reduces``, asked by
-the post-grad ``should_prefer_unfused_addmm``), so that its bias add joins that kernel.
+cast; an addmm of one row is unfused for it first (``downcast_one_row_reduces``, asked
+by the post-grad ``should_prefer_unfused_addmm``), so that its bias add joins that kernel.
 """
 
 from __future__ import annotations
@@ -48,14 +48,14 @@ def downcast_mm_reduces() -> bool:
     return (
         node is not None
         and node.target is aten.mm.default
-        and downcast_addmm_reduces(*node.args[:2])
+        and downcast_one_row_reduces(*node.args[:2])
     )
 
 
-def downcast_addmm_reduces(mat1: Any, mat2: Any) -> bool:
-    """A matmul of these FX operands is one row over a single-use downcast of an
-    [N, K] fp32 weight, so its mm reduces over K (``downcast_mm_reduces``); an addmm
-    is unfused for it, and the bias add joins that kernel."""
+def downcast_one_row_reduces(mat1: Any, mat2: Any) -> bool:
+    """A matmul of these FX operands (an mm's, an addmm's) is one row over a single-use
+    downcast of an [N, K] fp32 weight, so its mm reduces over K; an addmm is unfused
+    for it, and the bias add joins that kernel."""
     if not config.downcast_mm_template:
         return False
     problem = downcast_problem_fx(mat1, mat2)

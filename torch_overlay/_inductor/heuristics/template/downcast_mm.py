@@ -45,30 +45,32 @@ _VIEWS = (
 )
 
 
-def _single_use_downcast(arg: Any) -> bool:
-    """The FX value ``arg`` is ``views(convert_element_type(x))``, each used once."""
+def _single_use_cast(arg: Any) -> torch.fx.Node | None:
+    """The ``convert_element_type`` node of an FX value ``views(convert_element_type(x))``
+    where it and each view are used once; None otherwise."""
     while isinstance(arg, torch.fx.Node) and arg.target in _VIEWS:
         if len(arg.users) != 1:
-            return False
+            return None
         arg = arg.args[0]
-    return (
+    if (
         isinstance(arg, torch.fx.Node)
         and arg.target is prims.convert_element_type.default
         and len(arg.users) == 1
-    )
+    ):
+        return arg
+    return None
 
 
 def _fx_downcast(arg: Any) -> bool:
     """The FX value ``arg`` is views of an fp32 -> 16-bit cast, each used once."""
-    if not _single_use_downcast(arg):
+    cast = _single_use_cast(arg)
+    if cast is None:
         return False
-    while arg.target in _VIEWS:
-        arg = arg.args[0]
-    src, dst = arg.args[0], arg
+    src = cast.args[0]
     return (
         isinstance(src, torch.fx.Node)
         and getattr(src.meta.get("val"), "dtype", None) == torch.float32
-        and getattr(dst.meta.get("val"), "dtype", None)
+        and getattr(cast.meta.get("val"), "dtype", None)
         in (torch.float16, torch.bfloat16)
     )
 
@@ -111,31 +113,15 @@ def _reads_fp32_downcast(node: Any) -> bool:
     )
 
 
-def _weight_arg(op_name: str) -> Any:
-    """The FX value of the lowered matmul's weight (mat2); None where there is none."""
+def _weight_downcast(kernel_inputs: MMKernelInputs, op_name: str) -> bool:
+    """The lowered matmul's weight (mat2) is an fp32 tensor cast to 16 bits for it alone."""
     node = V.graph.current_node
     index = {"mm": 1, "addmm": 2}[op_name]
     if node is None or len(node.args) <= index:
-        return None
-    return node.args[index]
-
-
-def _weight_downcast(kernel_inputs: MMKernelInputs, op_name: str) -> bool:
-    """The lowered matmul's weight (mat2) is an fp32 tensor cast to 16 bits for it alone."""
-    arg = _weight_arg(op_name)
-    return _single_use_downcast(arg) and _reads_fp32_downcast(
+        return False
+    return _single_use_cast(node.args[index]) is not None and _reads_fp32_downcast(
         kernel_inputs.mat1mat2()[1]
     )
-
-
-def _k_contiguous(op_name: str) -> bool:
-    """The weight, ``[K, N]`` to the matmul, is ``[N, K]`` in memory: F.linear's ``w.t()``."""
-    arg = _weight_arg(op_name)
-    val = arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None
-    if not isinstance(val, torch.Tensor) or val.dim() != 2:
-        return False
-    stride = val.stride(0)
-    return isinstance(stride, int) and stride == 1
 
 
 def _m_max(m: sympy.Expr) -> int | None:
@@ -161,7 +147,6 @@ def downcast_problem(kernel_inputs: MMKernelInputs, op_name: str) -> DowncastMM 
         k=int(k),
         weight_downcast=_weight_downcast(kernel_inputs, op_name),
         a_itemsize=kernel_inputs.mat1mat2()[0].get_dtype().itemsize,
-        k_contiguous=_k_contiguous(op_name),
     )
 
 
