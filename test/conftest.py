@@ -43,33 +43,6 @@ if not torch_overlay.killed():
     prepend_pythonpath(os.environ, write_sitecustomize(_children))
 
 
-# exported tests of what an older supported release lacks the upstream place for
-_NEEDS = {
-    ("test_downcast_mm.py::TestDowncastMM::test_one_row_reduces",
-     "test_downcast_mm.py::TestDowncastMM::test_one_row_with_bias_reduces",
-     "test_downcast_mm.py::TestDowncastMM::test_one_row_values_bias_False",
-     "test_downcast_mm.py::TestDowncastMM::test_one_row_values_bias_True"): (
-        lambda: hasattr(_mm_common(), "_use_small_mm_pointwise"),
-        "this torch lowers no mm as a reduction over K (_use_small_mm_pointwise)",
-    ),
-}
-
-
-def _mm_common():
-    from torch._inductor.kernel import mm_common
-
-    return mm_common
-
-
-def pytest_collection_modifyitems(config, items):
-    for tests, (has, why) in _NEEDS.items():
-        if has():
-            continue
-        for item in items:
-            if item.nodeid.endswith(tests):
-                item.add_marker(pytest.mark.skip(reason=why))
-
-
 @pytest.fixture(autouse=True, scope="session")
 def goldens_per_release():
     from torch_overlay.testing.release_goldens import per_release

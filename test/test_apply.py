@@ -247,7 +247,7 @@ class TestApply(TestCase):
             with mock.patch.dict(os.environ, {"TORCH_OVERLAY": "tensorcore_mm"}):
                 declare_flags()  # on with what it requires, the others off
             self.assertEqual([n for n, f in flags.items() if getattr(config, f)],
-                             ["matmul_meta", "tensorcore_mm"])
+                             ["prologue_downcast", "downcast_mm", "matmul_meta", "tensorcore_mm"])
             config.tensorcore_mm_autocast = False
             torch_overlay.enable()
             # adopted as the user left it; a flag declared off is turned on

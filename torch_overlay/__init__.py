@@ -42,7 +42,7 @@ OVERLAYS: tuple[Overlay, ...] = tuple(REGISTRY.register(o) for o in (
                 "prologue",
         flag="downcast_mm_template",
         modules=("kernel.mm_downcast_plan", "heuristics.template.downcast_mm",
-                 "kernel.mm_downcast"),
+                 "kernel.mm_downcast", "fx_passes.decompose_downcast_mm"),
         choices=("downcast_mm",),
         requires=("prologue_downcast",),
     ),
@@ -60,7 +60,7 @@ OVERLAYS: tuple[Overlay, ...] = tuple(REGISTRY.register(o) for o in (
         flag="tensorcore_mm_autocast",
         modules=("kernel.mm_tensorcore_plan", "kernel.mm_tensorcore",
                  "heuristics.template.tensorcore_mm"),
-        requires=("matmul_meta",),
+        requires=("downcast_mm", "matmul_meta"),
         # bmm and baddbmm; split-K; stock where the kernel fails to load; a symbolic M;
         # max-autotune's choices; timing uncertain plans on the device; one row as a
         # reduction over K and frozen 16-bit weights

@@ -24,10 +24,11 @@ import os
 import pathlib
 import sys
 import threading
+import types
 from typing import Any, Iterable, NamedTuple
 
 from ._edits import (
-    OVERLAY_ROOT, EditError, FileDiff, Swap, config_declarations, plan_swaps, select_edit,
+    OVERLAY_ROOT, EditError, FileDiff, Swap, config_declarations, plan_swaps, select_edits,
     variant_name,
 )
 
@@ -83,12 +84,6 @@ class Overlay:
     def own_edit_files(self) -> list[pathlib.Path]:
         """The primary edits of this overlay's own patch."""
         return _named(_diff_files(), self.name)
-
-    def edits(self) -> list[FileDiff]:
-        """Per upstream file, the edit that applies to the installed torch: the primary or
-        a variant for an older release (``_edits.select_edit``). Raises EditError when
-        none does."""
-        return [select_edit(p) for p in self.edit_files]
 
     def module_files(self) -> dict[str, pathlib.Path]:
         """Upstream module name -> the file that is that module."""
@@ -233,18 +228,24 @@ class Registry:
         return order
 
     def plan(self, name: str) -> Plan:
-        """The swaps ``name``'s edits alone make on the installed torch (none done), or why
-        they do not apply, and which variant of each edited file is used."""
+        """The swaps ``name``'s edits make on the installed torch over its requirements'
+        (none done), or why they do not apply, and which variant of each edited file is used."""
         variants: dict[str, str] = {}
         diffs: list[FileDiff] = []
         try:
-            for path in self.get(name).edit_files:
-                diff = select_edit(path)
+            # an edit may build on lines a required overlay adds
+            needs = self.with_requirements([name])
+            paths = [p for r in self._overlays if r in needs for p in self.get(r).edit_files]
+            own = len(self.get(name).edit_files)
+            selected = select_edits(paths)
+            required, diffs = selected[:-own], selected[-own:]
+            for diff in diffs:
                 # per upstream file, the overlay's own edit's (its parts' flags come after)
                 variants.setdefault(diff.upstream.removeprefix("torch/_inductor/"),
                                     variant_name(diff.path))
-                diffs.append(diff)
-            swaps = plan_swaps([d for d in diffs if not d.module_level])
+            base = {s.target: _body(s.edited) for s in plan_swaps(_function_edits(required))}
+            swaps = [s for s in plan_swaps(_function_edits(required + diffs))
+                     if base.get(s.target) != _body(s.edited)]
             return Plan(swaps, None, variants, [d.path for d in diffs])
         except (EditError, ImportError, SyntaxError) as e:
             return Plan([], str(e), variants, [d.path for d in diffs])
@@ -390,7 +391,9 @@ class Registry:
         import torch._inductor.config as inductor_config
 
         names = [n for n in self._overlays if n in names]  # series order
-        edits = {n: self.get(n).edits() for n in names}
+        paths = {n: self.get(n).edit_files for n in names}
+        selected = iter(select_edits([p for n in names for p in paths[n]]))
+        edits = {n: [next(selected) for _ in paths[n]] for n in names}
         diffs = [d for n in names for d in edits[n]]
         added: dict[str, list[str]] = {}
         try:
@@ -452,6 +455,16 @@ class Registry:
                     choices.register_inductor_choices(key, self._contributors[key])
                 elif overlay.name not in names and key in registered:
                     choices.unregister_inductor_choices(key)
+
+
+def _function_edits(diffs: list[FileDiff]) -> list[FileDiff]:
+    return [d for d in diffs if not d.module_level]
+
+
+def _body(code: types.CodeType) -> tuple[Any, ...]:
+    """What a compiled function does, whatever its line numbers."""
+    consts = tuple(_body(c) if isinstance(c, types.CodeType) else c for c in code.co_consts)
+    return code.co_code, consts, code.co_names
 
 
 def digest(names: list[str], diffs: list[FileDiff]) -> str:

@@ -80,15 +80,18 @@ class TestDowncastMMPlan(TestCase):
             m_max=1, n=4096, k=4096, weight_downcast=True, k_contiguous=True
         )
         self.assertTrue(downcast_plan.reduces_over_k(p))
+        # a [K, N] weight where K is split; past that, the template
+        kn = dataclasses.replace(p, k_contiguous=False)
+        self.assertTrue(downcast_plan.reduces_over_k(kn))
+        self.assertFalse(downcast_plan.reduces_over_k(dataclasses.replace(kn, n=14336)))
+        self.assertTrue(
+            downcast_plan.reduces_over_k(dataclasses.replace(p, n=14336, k=14336))
+        )
         # one kernel where stock runs two: small weights too
         self.assertTrue(
             downcast_plan.reduces_over_k(dataclasses.replace(p, n=512, k=512))
         )
-        for change in (
-            {"m_max": 2},
-            {"k_contiguous": False},
-            {"weight_downcast": False},
-        ):
+        for change in ({"m_max": 2}, {"weight_downcast": False}):
             self.assertFalse(
                 downcast_plan.reduces_over_k(dataclasses.replace(p, **change))
             )
@@ -158,7 +161,7 @@ class TestDowncastMM(TestCase):
         FileCheck().check("def triton_red").check("tl.sum").run(code)
         self.assertNotIn("def triton_tem", code)
         self.assertNotIn("extern_kernels.mm", code)
-        self.assertEqual(counters["inductor"]["decompose_mm_pointwise"], 1)
+        self.assertEqual(counters["inductor"]["decompose_downcast_mm"], 1)
 
     @skipIfRocm
     @parametrize("m", (16, 37, 64))
@@ -175,24 +178,53 @@ class TestDowncastMM(TestCase):
         self.assertNotIn("16777216", code)  # 4096 x 4096
 
     def test_one_row_with_bias_reduces(self):
-        # the addmm is unfused (should_prefer_unfused_addmm), its bias added in the
-        # reduction's kernel: x's cast and the reduction are the only kernels
+        # the bias is added in the reduction's kernel: x's cast (realized, as each row
+        # reads it) and the reduction are the only kernels
         code = get_code(torch.compile(linear), *self.inputs(1))[0]
         self.check_reduction(code)
         self.assertNotIn("extern_kernels.addmm", code)
         self.assertEqual(code.count("@triton.jit"), 2)
-        self.assertEqual(counters["inductor"]["pattern_matcher_count"], 1)
 
-    def test_one_row_kn_weight_takes_the_template(self):
-        # a [K, N] weight: each output would read a strided column
+    def test_one_row_norm_is_not_recomputed(self):
+        # the activation is realized: inlined, its norm would be recomputed for every
+        # row of the weight
+        def fn(h, g, w):
+            with torch.autocast(GPU_TYPE, torch.bfloat16):
+                return F.linear(F.rms_norm(h, (4096,), g), w)
+
+        h, g = torch.randn(1, 4096, device=GPU_TYPE), torch.randn(4096, device=GPU_TYPE)
+        code = get_code(torch.compile(fn), h, g, self.inputs(1, bias=False)[1])[0]
+        self.check_reduction(code)
+        kernels = code.split("@triton.jit")[1:]
+        (reduction,) = [k for k in kernels if "xnumel = 4096" in k]
+        self.assertNotIn("rsqrt", reduction)
+
+    def test_one_row_kn_weight_reduces(self):
+        # a [K, N] weight (Conv1D's): K is split, and the cast fuses into the split's
+        # first kernel, which reads rows of N in order
+        def fn(x, w, b):
+            with torch.autocast(GPU_TYPE, torch.bfloat16):
+                return torch.addmm(b, x, w)
+
+        x = torch.randn(1, 1280, device=GPU_TYPE)
+        w = torch.randn(1280, 5120, device=GPU_TYPE)
+        code = get_code(torch.compile(fn), x, w, torch.randn(5120, device=GPU_TYPE))[0]
+        self.check_reduction(code)
+        self.assertNotIn("xnumel = 6553600", code)  # a 1280 x 5120 copy
+        # x's cast, the split's first kernel, the second with the bias add
+        self.assertEqual(code.count("@triton.jit"), 3)
+
+    def test_one_row_wide_kn_weight_takes_the_template(self):
+        # past KN_MAX_COLUMNS a program would read whole columns: the template
         def fn(x, w):
             with torch.autocast(GPU_TYPE, torch.bfloat16):
                 return x @ w
 
-        x = torch.randn(1, 4096, device=GPU_TYPE)
-        w = torch.randn(4096, 4096, device=GPU_TYPE)
+        x = torch.randn(1, 1024, device=GPU_TYPE)
+        w = torch.randn(1024, 10240, device=GPU_TYPE)
         code = get_code(torch.compile(fn), x, w)[0]
         self.check_template(code)
+        self.assertEqual(counters["inductor"]["decompose_downcast_mm"], 0)
 
     @parametrize("m", (65, 256))
     def test_rows_past_one_tile_stay_stock(self, m):

@@ -9,17 +9,15 @@ contributor, offers the Triton mm template instead where each of its row tiles s
 so nothing is benchmarked, beside the other choices under max-autotune. The scheduler
 then fuses the cast into the template's load of the weight as a prologue
 (``config.prologue_fusion_downcast``): the weight is read once, as fp32, and cast in
-registers. One row over an [N, K] weight is lowered instead as a reduction over K
-(``downcast_mm_reduces``, asked by ``_use_small_mm_pointwise``), whose loads fuse the
-cast; an addmm of one row is unfused for it first (``downcast_one_row_reduces``, asked
-by the post-grad ``should_prefer_unfused_addmm``), so that its bias add joins that kernel.
+registers. One row is rewritten after grad as a reduction over K instead
+(``downcast_one_row_reduces``, asked by fx_passes/decompose_downcast_mm.py), whose loads
+fuse the cast.
 """
 
 from __future__ import annotations
 
 from typing import Any, TYPE_CHECKING
 
-import torch
 from torch._inductor import config
 from torch._inductor.choices import InductorChoices, register_inductor_choices
 from torch._inductor.heuristics.template.downcast_mm import (
@@ -31,31 +29,14 @@ from torch._inductor.kernel.mm_downcast_plan import reduces_over_k
 from torch._inductor.kernel_inputs import MMKernelInputs
 from torch._inductor.select_algorithm import ExternKernelChoice
 from torch._inductor.utils import use_triton_template
-from torch._inductor.virtualized import V
-
-
-aten = torch.ops.aten
-
 
 if TYPE_CHECKING:
     from torch._inductor.kernel_inputs import KernelInputs
 
 
-def downcast_mm_reduces() -> bool:
-    """The mm being lowered is one row over a single-use downcast of an [N, K] fp32
-    weight: as a reduction over K, the weight is read once, as fp32, in order."""
-    node = V.graph.current_node
-    return (
-        node is not None
-        and node.target is aten.mm.default
-        and downcast_one_row_reduces(*node.args[:2])
-    )
-
-
 def downcast_one_row_reduces(mat1: Any, mat2: Any) -> bool:
     """A matmul of these FX operands (an mm's, an addmm's) is one row over a single-use
-    downcast of an [N, K] fp32 weight, so its mm reduces over K; an addmm is unfused
-    for it, and the bias add joins that kernel."""
+    downcast of an fp32 weight: as a reduction over K, the weight is read once, as fp32."""
     if not config.downcast_mm_template:
         return False
     problem = downcast_problem_fx(mat1, mat2)

@@ -23,6 +23,10 @@ MAX_ROWS = 64
 MIN_WEIGHT_NUMEL = 1024 * 4096
 # column tiles per SM from which 64-column tiles fill the SMs well enough
 WIDE_TILES_PER_SM = 1.5
+# the widest [K, N] weight one row reduces over: up to it Inductor splits K across
+# programs; wider, each program reads whole columns, at a speed its run-time tuned tile
+# decides (1 x 4096 x 14336 measured 64-94 us against the template's 71-77)
+KN_MAX_COLUMNS = 8192
 
 
 class Decline(enum.Enum):
@@ -107,11 +111,13 @@ def _fitted(cfg: TileConfig, p: DowncastMM, dev: Device) -> TileConfig | None:
 
 
 def reduces_over_k(p: DowncastMM) -> bool:
-    """One row over an [N, K] weight: a reduction over K, each output a dot product of
-    one weight row read in order, streams the weight faster than a 16-row template tile
-    that leaves 15 rows of each MMA idle; its loads fuse the cast like any pointwise.
-    One kernel where stock runs two (the cast, the GEMM): a gain at any size."""
-    return p.weight_downcast and p.m_max == 1 and p.k_contiguous
+    """One row: a reduction over K, whose loads fuse the cast like any pointwise, streams
+    the weight faster than a 16-row template tile that leaves 15 rows of each MMA idle,
+    over an [N, K] weight (each output a dot product of one weight row read in order) as
+    over a [K, N] one up to ``KN_MAX_COLUMNS`` (K split, each program reading rows of N in
+    order). One kernel where stock runs two (the cast, the GEMM): a gain at any size."""
+    fits = p.k_contiguous or p.n <= KN_MAX_COLUMNS
+    return p.weight_downcast and p.m_max == 1 and fits
 
 
 def plan(p: DowncastMM, dev: Device, *, neighbours: bool = False) -> Plan:
