@@ -66,6 +66,10 @@ class TestZooCommand(TestCase):
         self.assertEqual(rc, 2)
         self.assertIn("rows in mode reduce-overhead: decode1, decode_dyn", err)
         self.assertEqual(run_main(["zoo", "--mode", "max-autotune", "--list"])[0], 0)
+        # frozen weights: the inference rows
+        rc, _, err = run_main(["zoo", "--mode", "freezing", "--rows", "train"])
+        self.assertEqual(rc, 2)
+        self.assertIn("rows in mode freezing: decode1, decode_dyn, batch8", err)
         # every model's rows are in the run order
         planned = {(m, r) for m, r in zoo.ORDER}
         self.assertEqual(planned, {(s.name, r) for s in zoo.SPECS.values() for r in s.rows()})
@@ -218,6 +222,12 @@ class TestZooModels(TestCase):
         self.assertIn("| gpt2-large | 106.5 / 106.5 (1.00x) | 104.5 / 104.5 (1.00x) | "
                       "105.5 / 105.5 (1.00x) | 2026-11-24, profiler |", text)
         self.assertNotIn("t5-large", text)  # a skipped row has nothing to show
+        # the same rows, both sides frozen: the freezing family, one line a model
+        frozen = render_run({**doc, "settings": {**doc["settings"], "mode": "freezing"}})
+        self.assertIn("## Freezing", frozen)
+        self.assertIn("| model | decode_dyn B = 1: stock / overlay us | decode_dyn B = 4: stock / "
+                      "overlay us | decode_dyn B = 16: stock / overlay us | measured |", frozen)
+        self.assertNotIn("## Dynamic batch", frozen)
 
     def test_measure_generate_and_its_table(self):
         """generate() over a compiled forward on the CPU (Dynamo's eager backend, a counter

@@ -3,19 +3,17 @@
 
     python tools/bench.py [ops] --out DIR     operators, default modes (about 6 min on an H200)
     python tools/bench.py ops --quick         smoke run: two cases, three modes (under a minute)
-    python tools/bench.py models --out DIR    decoder stacks (under 10 min on an H200)
     python tools/bench.py zoo --out DIR       transformers architectures (tools/bench_zoo.py)
     python tools/bench.py cast-cache --out DIR  decode in one autocast region, casts kept
     python tools/bench.py report [JSON ...]   BENCHMARKS.md from tools/bench_results/*.json
 
---list prints the cases (or models) and runs nothing. Max-autotune runs after every
+--list prints the cases and runs nothing. Max-autotune runs after every
 other mode, on the required shape sets (--max-autotune all: every case), until
 --budget-s. The JSON is rewritten after each case: a killed run keeps it.
 """
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import gc
 import itertools
 import math
@@ -34,7 +32,7 @@ import torch  # noqa: E402
 
 import torch_overlay  # noqa: E402
 from bench_common import (  # noqa: E402
-    REP_MS, WARMUP_MS, attempt, environment, finish, gpu_available, log, median_ms, mode_context,
+    REP_MS, WARMUP_MS, environment, finish, gpu_available, log, median_ms, mode_context,
     one_line, probe_overlays, relative_error, synchronize, warm_up_compiler)
 from bench_report import (  # noqa: E402
     floor_ms, is_wrong, new_document, read_json, render_benchmarks, result_docs, tolerance,
@@ -42,14 +40,12 @@ from bench_report import (  # noqa: E402
 from bench_workloads import (  # noqa: E402
     DEFAULT_MODES, MODES, WORKLOADS, Case, Mode, all_cases, io_bytes)
 
-COMMANDS = ("ops", "models", "zoo", "cast-cache", "report")
+COMMANDS = ("ops", "zoo", "cast-cache", "report")
 QUICK_CASES = ("linear/16x4096x4096", "pointwise/float32 tanh 1M")
 QUICK_MODES = ("eager", "stock", "overlay")
 # no max-autotune step starts after this: the slowest (about 80 s) still ends within
 # a 10-minute command limit
 DEFAULT_BUDGET_S = 360
-# models: no row starts after this (the slowest, a training step's compile, fits after it)
-DEFAULT_MODELS_BUDGET_S = 480
 
 # Rotate through input sets that together exceed 3x the L2: by the time a set comes
 # back, the others have evicted it, so every call reads its inputs from memory.
@@ -319,172 +315,6 @@ def run_benchmarks(plan, doc: dict, args) -> None:
         torch.cuda.empty_cache()
 
 
-# -- models: decode, prefill and a training step of whole decoder stacks ------------
-
-def model_errors(out: torch.Tensor, eager: torch.Tensor, ref: torch.Tensor) -> dict:
-    """Relative error against the fp64 reference and against eager, and the largest
-    absolute difference from eager."""
-    return {"error": relative_error((out,), (ref,)), "err_eager": relative_error((out,), (eager,)),
-            "maxabs_eager": (out.double() - eager.double()).abs().max().item()}
-
-
-def model_inputs(cfg, sizes, device: str) -> dict[str, tuple]:
-    """Per inference row, (tokens, input_pos); decode steps write position ``prefill``."""
-    gen = torch.Generator(device).manual_seed(zlib.crc32(cfg.name.encode()))
-
-    def tokens(*shape):
-        return torch.randint(0, cfg.vocab, shape, device=device, generator=gen)
-    rows = {f"decode B={b}": (tokens(b, 1), torch.tensor([sizes.prefill], device=device))
-            for b in sizes.decode_batches}
-    rows[f"prefill {sizes.prefill}"] = (tokens(1, sizes.prefill),
-                                        torch.arange(sizes.prefill, device=device))
-    rows["train"] = (tokens(sizes.train_batch, sizes.train_tokens),
-                     tokens(sizes.train_batch, sizes.train_tokens))
-    return rows
-
-
-def model_row(record: dict, name: str, eager: torch.Tensor, ref: torch.Tensor) -> dict:
-    error = relative_error((eager,), (ref,))
-    record["rows"][name] = r = {"row": name, "kind": name.split()[0], "modes": {},
-                                "eager_error": error,
-                                "tolerance": tolerance(error, "torch.bfloat16")}
-    return r
-
-
-def time_row(call: Callable, check: Callable, tol: float, *, timer, deadline: float,
-             device: str) -> dict:
-    """``checked_and_timed``, with the peak memory of this row alone (what earlier rows
-    left is freed first); a row past the deadline is skipped."""
-    if time.perf_counter() > deadline:
-        return {"status": "skipped", "reason": "time budget spent"}
-    cuda = device == "cuda"  # the CPU runs the models' loop in the tests
-    synchronize(device)
-    if cuda:
-        gc.collect()
-        torch.cuda.reset_peak_memory_stats()
-    resident = torch.cuda.memory_allocated() if cuda else 0
-    result = checked_and_timed(call, check, tol, lambda: timer(call), device)
-    if cuda and result["status"] != "failed":
-        result["peak_GB"] = (torch.cuda.max_memory_allocated() - resident) / 1e9
-    return result
-
-
-def train_step(model, loss_fn: Callable, tokens, targets, fused: bool) -> Callable:
-    """One training step: forward, backward, AdamW (fused on CUDA)."""
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=fused)
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model, tokens, targets)
-        loss.backward()
-        opt.step()
-        return loss.detach()
-    return step
-
-
-def measure_model(cfg, sizes, *, overlays, force, ceilings, timer=median_ms,
-                  deadline=math.inf, on_row=lambda *a: None, device="cuda",
-                  compile=torch.compile) -> dict:
-    """Every row of one model, stock against overlay, each side from the same weights
-    and in its own fresh Inductor cache: the default compile (decode, prefill), freezing
-    (the same), then one training step."""
-    import copy
-
-    from torch._inductor.utils import fresh_cache
-
-    import bench_models as bm
-
-    base = bm.build(cfg, device)
-    saved = [b.clone() for b in bm.caches(base)]
-    inputs = model_inputs(cfg, sizes, device)
-    train = inputs.pop("train")
-    train_name = f"train {sizes.train_batch}x{sizes.train_tokens}"
-    weight_bytes = bm.decode_weight_bytes(base)
-    record = {"model": cfg.name, "arch": cfg.arch, "source": cfg.source,
-              "config": dataclasses.asdict(cfg), "sizes": dataclasses.asdict(sizes),
-              "param_bytes": bm.param_bytes(base), "decode_weight_bytes": weight_bytes,
-              "rows": {}}
-    # the references, at the canonical state: base weights, random caches
-    refs, ref_model = {}, copy.deepcopy(base).double()
-    with torch.no_grad():
-        for name, (tok, pos) in inputs.items():
-            refs[name] = []
-            for m in (base, ref_model):
-                bm.load_caches(m, saved)
-                refs[name].append(m(tok, pos))
-            r = model_row(record, name, *refs[name])
-            if name.startswith("decode"):
-                r["floor_ms"] = weight_bytes / ceilings["copy_GBps"] / 1e6
-            ms = timer(lambda: base(tok, pos))
-            r["modes"]["eager"] = {"status": "ok", "ms": ms, "error": r["eager_error"]}
-            on_row(record, name, "eager")
-        refs[train_name] = [bm.loss_fn(m, *train) for m in (base, ref_model)]
-    model_row(record, train_name, *refs[train_name])
-    del ref_model
-
-    def run_row(name, mode_name, call):
-        r = record["rows"][name]
-        r["modes"][mode_name] = time_row(
-            call, lambda out: model_errors(out, *refs[name]), r["tolerance"], timer=timer,
-            deadline=deadline, device=device)
-        on_row(record, name, mode_name)
-
-    def inference(model, compiled, name):
-        bm.load_caches(model, saved)
-        tok, pos = inputs[name]
-        return lambda: compiled(tok, pos)
-
-    for side in ("stock", "overlay"):
-        model = copy.deepcopy(base)
-        # one fresh Inductor and Triton cache per side: its first group compiles cold, the
-        # later ones reuse the kernels they share with it (both sides alike)
-        with fresh_cache():
-            for mode_name in (side, f"{side}_freezing"):
-                # freezing folds the weights: before any optimizer step, a compile a row
-                with torch.no_grad(), mode_context(MODES[mode_name], overlays, force,
-                                                   fresh=False):
-                    compiled = compile(model, dynamic=False)
-                    for name in inputs:
-                        if MODES[mode_name].freezing:
-                            compiled = compile(model, dynamic=False)
-                        run_row(name, mode_name, inference(model, compiled, name))
-            with mode_context(MODES[side], overlays, force, fresh=False):
-                loss_fn = compile(bm.loss_fn, dynamic=False)
-                run_row(train_name, side, train_step(model, loss_fn, *train, device == "cuda"))
-        model = None
-        gc.collect()
-        if device == "cuda":
-            torch.cuda.empty_cache()
-    return record
-
-
-def run_models(configs, sizes, doc: dict, args) -> None:
-    start = time.perf_counter()
-    deadline = start + args.budget_s if args.budget_s else math.inf
-    doc["models"] = []
-
-    def keep(record):
-        if not any(x is record for x in doc["models"]):
-            doc["models"].append(record)
-        write_json(doc, args.out / "models.json")  # a killed run keeps what it measured
-
-    def on_row(record, name, mode_name):
-        r = record["rows"][name]
-        log(progress(f"{name:<22} {MODES[mode_name].short:>11}", r["modes"][mode_name],
-                     r["tolerance"], r.get("floor_ms")))
-        keep(record)
-
-    for cfg in configs:
-        log(f"[{time.perf_counter() - start:4.0f} s] {cfg.name} ({cfg.source})")
-        # the model's build or references may fail
-        keep(attempt(lambda: measure_model(cfg, sizes, overlays=args.overlays, force=args.force,
-                                           ceilings=doc["ceilings"], deadline=deadline,
-                                           on_row=on_row),
-                     {"model": cfg.name, "source": cfg.source, "rows": {}}))
-        gc.collect()
-        torch.cuda.empty_cache()
-
-
 # -- command line -------------------------------------------------------------------
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -514,8 +344,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     add("--max-autotune", choices=("required", "all"), default="required",
         help="cases that get the max-autotune modes (default: the required sets)")
     add("--budget-s", type=float,
-        help=f"skip max-autotune after this many seconds (default {DEFAULT_BUDGET_S}); models: "
-             f"start no row after it (default {DEFAULT_MODELS_BUDGET_S}); 0: no limit")
+        help=f"skip max-autotune after this many seconds (default {DEFAULT_BUDGET_S}); "
+             "0: no limit")
     add("--overlays", type=lambda s: [n for n in s.split(",") if n],
         help="overlays of the overlay modes (default: all registered)")
     add("--force", action="store_true", help="enable overlays despite upstream drift")
@@ -525,8 +355,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     add("--quick", action="store_true",
         help=f"smoke run: {', '.join(QUICK_CASES)}; modes {', '.join(QUICK_MODES)}")
     add("--list", action="store_true", help="print the selected cases and exit")
-    add("--model-set", choices=("full", "tiny"), default="full",
-        help="models: the published configs, or toy sizes of the same structure")
     return p.parse_args(argv)
 
 
@@ -558,22 +386,8 @@ def measured_run(args, argv: list[str], what: str, settings: dict, body: Callabl
         body(doc)
     finally:
         doc["wall_s"] = time.perf_counter() - start
-        finish(doc, args.out / ("models.json" if what == "models" else "bench.json"))
+        finish(doc, args.out / "bench.json")
     return 0
-
-
-def main_models(args, argv: list[str]) -> int:
-    import bench_models as bm
-
-    configs, sizes = bm.MODEL_SETS[args.model_set]
-    if args.list:
-        for cfg in configs:
-            log(f"{cfg.name}: {cfg.source}; {bm.count_params(cfg) / 1e9:.3g} B parameters")
-        return 0
-    settings = {"model_set": args.model_set, "sizes": dataclasses.asdict(sizes),
-                "budget_s": args.budget_s}
-    return measured_run(args, argv, "models", settings,
-                        lambda doc: run_models(configs, sizes, doc, args))
 
 
 def main_ops(args, argv: list[str]) -> int:
@@ -624,9 +438,7 @@ def main(argv: list[str] | None = None) -> int:
         return report(argv)
     args = parse_args(argv)
     if args.budget_s is None:
-        args.budget_s = DEFAULT_MODELS_BUDGET_S if command == "models" else DEFAULT_BUDGET_S
-    if command == "models":
-        return main_models(args, ["models", *argv])
+        args.budget_s = DEFAULT_BUDGET_S
     return main_ops(args, argv)
 
 

@@ -146,7 +146,8 @@ FAMILY_TEXT = {
                     "`bench.py ops --modes stock-max-autotune,overlay-max-autotune`.",
     "freezing": "`torch._inductor.config.freezing=True`, weights folded into constants "
                 "(inference only): single operators (`bench.py ops --modes stock_freezing,"
-                "overlay_freezing`), then whole decoder stacks (`bench.py models`).",
+                "overlay_freezing`), then the zoo's inference rows with both sides compiled "
+                "frozen (`bench.py zoo --mode freezing`, GPU kernel time).",
 }
 HOW_MEASURED = "\n".join((
     "Every figure is a time measured on the GPU named above its table, with the torch and "
@@ -174,8 +175,6 @@ def result_docs(directory: pathlib.Path = RESULTS) -> list[tuple[str, list[dict]
 def doc_kind(doc: dict) -> str:
     if doc.get("kind") == "cast-cache":
         return "cast-cache"
-    if isinstance(doc.get("models"), list):
-        return "models"
     return "ops" if "results" in doc else "zoo"
 
 
@@ -207,12 +206,10 @@ def entries(doc: dict):
             mode = (doc.get("settings") or {}).get("mode", "default")
             if mode == "default":
                 yield ZOO_FAMILY[r["row"]], (r["model"], r["row"], r["batch"]), r
+            elif mode == "freezing":
+                yield "freezing", (r["model"], r["row"], r["batch"]), r
             else:
                 yield "CUDA graphs", (r["model"], f"{mode} {r['row']}", r["batch"]), r
-    else:
-        for record in doc["models"]:
-            for r in record.get("rows", {}).values():
-                yield "freezing", (record["model"], r["row"]), dict(r, model=record["model"])
 
 
 def newest(runs: list[dict]) -> dict[str, dict]:
@@ -231,7 +228,8 @@ def timing(doc: dict) -> str:
         return "profiler"
     if doc_kind(doc) == "zoo":
         compiles = settings.get("compiles")
-        timer = "profiler" if settings.get("mode", "default") == "default" else "wall"
+        graphs = settings.get("mode") in ("reduce-overhead", "max-autotune")
+        timer = "wall" if graphs else "profiler"
         return timer + (f", c{compiles}" if compiles else "")
     timer = "graph" if settings.get("timer") == "CUDA-graph replay" else "do_bench"
     passes = re.search(r"--passes (\d+)", command)
@@ -289,6 +287,8 @@ PER_MODEL = {
     "CUDA graphs": (lambda key: key[1:],
                     lambda c: f"{c[0].replace('decode_dyn', 'dynamic')} B = {c[1]}", 0, True),
     "HF generate": (lambda key: key[1], GENERATE_CACHE.get, 1, False),
+    "freezing": (lambda key: key[1:], lambda c: f"{c[0]} B = {c[1]}: stock / overlay us", 1,
+                 True),
 }
 
 
@@ -354,15 +354,6 @@ def per_model_table(rows: dict, column, header, digits: int, same_code: bool) ->
                                     for model, line in cells.items()])
 
 
-def stacks_table(rows: dict) -> str:
-    return modes_table(["model", "row"], [(doc, [r["model"], r["row"]], r)
-                                          for doc, r in rows.values()
-                                          if any(m.endswith("_freezing") for m in r["modes"])],
-                       ["eager", "stock", "overlay", "stock_freezing", "overlay_freezing"],
-                       [("overlay", "stock"), ("overlay_freezing", "stock_freezing"),
-                        ("stock_freezing", "stock")])
-
-
 def family_tables(family: str, rows: dict) -> list[str]:
     if family == "autocast region":
         return [region_table(rows)]
@@ -372,9 +363,9 @@ def family_tables(family: str, rows: dict) -> list[str]:
     for key, (doc, r) in rows.items():
         by_kind[doc_kind(doc)][key] = (doc, r)
     out = [ops_table(family, by_kind["ops"])] if by_kind["ops"] else []
-    if by_kind["models"]:
-        out += ["", "Whole decoder stacks (2-4 layers of the public configs, plain PyTorch):",
-                "", stacks_table(by_kind["models"])]
+    if by_kind["zoo"]:
+        out += ["", "`transformers` architectures, both sides frozen:", "",
+                zoo_table(family, by_kind["zoo"])]
     return out
 
 

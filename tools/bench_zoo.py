@@ -33,8 +33,11 @@ from bench_common import (attempt, both_orders, environment, finish, gpu_availab
 from bench_report import write_json
 
 ROWS = ("decode1", "decode_dyn", "batch8", "train", "generate", "generate_static")
-MODES = ("default", "reduce-overhead", "max-autotune")
+MODES = ("default", "reduce-overhead", "max-autotune", "freezing")
 GRAPH_ROWS = ("decode1", "decode_dyn")  # the rows timed under CUDA graphs
+# each mode's rows: freezing folds the weights into constants, for inference only
+MODE_ROWS = {"default": ROWS, "reduce-overhead": GRAPH_ROWS, "max-autotune": GRAPH_ROWS,
+             "freezing": ("decode1", "decode_dyn", "batch8")}
 DYN_BATCHES = (4, 16, 1)  # the first compiles (a size-1 dim cannot be marked dynamic)
 SEQ, BATCH, ENC_SEQ = 128, 8, 128
 WARMUP, ITERS = 3, 20
@@ -509,7 +512,7 @@ def run(args, argv) -> int:
         log(f"overlays not enabled: {e}")
     env = {**environment(["zoo", *argv], overlays), "transformers": transformers.__version__,
            "compile_workers": workers}
-    graphs = args.mode != "default"
+    graphs = args.mode in ("reduce-overhead", "max-autotune")
     doc = {"env": env, "settings": {"timer": WALL_TIMER if graphs else PROFILER_TIMER,
                                     "warmup": WARMUP, "iters": ITERS, "budget_s": args.budget_s,
                                     "compiles": args.compiles, "mode": args.mode},
@@ -528,8 +531,10 @@ def run(args, argv) -> int:
                                         "attn": model.config._attn_implementation}
         if row.startswith("generate"):
             return measure_generate(spec, models[spec.name], row)
-        return measure_row(spec, models[spec.name], row, timer=wall_us if graphs else kernel_us,
-                           compile=compile, compiles=args.compiles)
+        with torch._inductor.config.patch(freezing=args.mode == "freezing"):
+            return measure_row(spec, models[spec.name], row,
+                               timer=wall_us if graphs else kernel_us, compile=compile,
+                               compiles=args.compiles)
     for i, (name, row) in enumerate(plan):
         spec, elapsed = SPECS[name], time.perf_counter() - start
         failed = {"model": name, "hidden": spec.hidden, "row": row}
@@ -655,18 +660,19 @@ def main(argv: list[str]) -> int:
     add("--models", type=lambda s: s.split(","), default=list(SPECS),
         help=f"default: {','.join(SPECS)}")
     add("--rows", type=lambda s: s.split(","),
-        help=f"default: {','.join(ROWS)} ({','.join(GRAPH_ROWS)} with --mode)")
+        help=f"default: {','.join(ROWS)} (with --mode: {','.join(GRAPH_ROWS)} under CUDA "
+        f"graphs, {','.join(MODE_ROWS['freezing'])} frozen)")
     add("--budget-s", type=float, default=DEFAULT_BUDGET_S,
         help=f"start no row after this many seconds (default {DEFAULT_BUDGET_S})")
     add("--compiles", type=int, default=DEFAULT_COMPILES,
         help=f"compiles a side, the fastest kept (default {DEFAULT_COMPILES})")
-    add("--mode", choices=MODES, default="default", help="torch.compile's mode for both sides; "
-        f"under CUDA graphs {', '.join(GRAPH_ROWS)} only, timed by wall time per call")
+    add("--mode", choices=MODES, default="default", help="torch.compile's mode for both sides, "
+        "timed by wall time per call under CUDA graphs; or freezing=True for both")
     add("--compile-only", action="store_true",
         help="tiny configs, overlays on, GPU-free H200 code generation")
     add("--list", action="store_true", help="the models and their rows")
     args = p.parse_args(argv)
-    rows = ROWS if args.mode == "default" else GRAPH_ROWS
+    rows = MODE_ROWS[args.mode]
     args.rows = args.rows or list(rows)
     unknown = [m for m in args.models if m not in SPECS] + [r for r in args.rows if r not in rows]
     if unknown:
