@@ -236,6 +236,16 @@ class TestExportPatches(TestCase):
         self.assertEqual(export_patches.check(run_tests=True), 0)
 
 
+class TestProfiles(TestCase):
+    def test_a_smaller_gpus_profile_may_skip_every_test(self):
+        # under the default profile each patch must pass one of its tests; where a smaller
+        # GPU offers no mm template (is_big_gpu), a patch's tests may all skip
+        self.assertFalse(export_patches.skips_allowed([]))
+        self.assertFalse(export_patches.skips_allowed(["--gpu-free-profile=h200"]))
+        self.assertTrue(export_patches.skips_allowed(["--gpu-free-profile=l4"]))
+        self.assertTrue(export_patches.skips_allowed(["-x", "--gpu-free-profile", "a10g"]))
+
+
 class TestUpstreamStyle(TestCase):
     """Added lines are held to upstream's formatter and lint; the rest of a file is not."""
 

@@ -965,7 +965,8 @@ def _check_in(tmp: pathlib.Path, t0: float, run_tests, compare_junit, pytest_arg
         print(f"[check] tests of {overlay.name} against the patched copy (patches 1-{i + 1}, "
               f"TORCH_OVERLAY_DISABLE=1, -p {GPU_FREE_PLUGIN}): {result.counts()} "
               f"({time.time() - t0:.0f}s)")
-        if result.probe_error or result.count("FAILED", "ERROR") or not result.count("PASSED"):
+        idle = not result.count("PASSED") and not skips_allowed(pytest_args)
+        if result.probe_error or result.count("FAILED", "ERROR") or idle:
             ok = False
             print(result.probe_error or _failures(result), file=sys.stderr)
         if compare_junit is not None:
@@ -973,6 +974,16 @@ def _check_in(tmp: pathlib.Path, t0: float, run_tests, compare_junit, pytest_arg
     if run_tests:
         ok &= _pristine_fails(tree, tmp, patched, pytest_args, t0)
     return ok
+
+
+def skips_allowed(pytest_args: Iterable[str]) -> bool:
+    """Whether a patch's tests may all skip: under a smaller GPU's profile than the default
+    one, where upstream's ``is_big_gpu`` offers no mm template, the feature has nothing to do;
+    under the default profile each patch must pass one test."""
+    args = list(pytest_args)
+    profiles = [a.split("=", 1)[1] for a in args if a.startswith("--gpu-free-profile=")]
+    profiles += [b for a, b in zip(args, args[1:]) if a == "--gpu-free-profile"]
+    return any(p != "h200" for p in profiles)
 
 
 def _report_audit(name: str, overlay: OverlayExport, problems: list[str], style: bool) -> bool:
