@@ -364,7 +364,7 @@ def family_tables(family: str, rows: dict) -> list[str]:
         by_kind[doc_kind(doc)][key] = (doc, r)
     out = [ops_table(family, by_kind["ops"])] if by_kind["ops"] else []
     if by_kind["zoo"]:
-        out += ["", "`transformers` architectures, both sides frozen:", "",
+        out += ["#### `transformers` architectures, both sides frozen",
                 zoo_table(family, by_kind["zoo"])]
     return out
 
@@ -389,7 +389,7 @@ def render_benchmarks(files: list[tuple[str, list[dict]]]) -> str:
            HOW_MEASURED, ""]
     found = [(stem, newest(runs)) for stem, runs in files]
     for family in (f for f in FAMILIES if any(f in rows for _, rows in found)):
-        out += [f"## {family[0].upper() + family[1:]}", "", FAMILY_TEXT[family], ""]
+        out += [f"## {family[0].upper() + family[1:]}", "", FAMILY_TEXT[family]]
         for _, rows in found:
             if family not in rows:
                 continue
