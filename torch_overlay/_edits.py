@@ -226,9 +226,9 @@ def installed_source(diff: FileDiff) -> str:
     return inspect.getsource(importlib.import_module(diff.module))
 
 
-def select_edit(primary: pathlib.Path, source: str | None = None) -> FileDiff:
-    """The primary edit if its hunks apply to the installed torch (to ``source``, the
-    module's text as earlier edits left it, where given), else the first variant
+def select_edit(primary: pathlib.Path, sources: dict[str, str] | None = None) -> FileDiff:
+    """The primary edit if its hunks apply to the installed torch (to ``sources[module]``,
+    the module's text as earlier edits left it, where given), else the first variant
     (``variant_files``) that applies. Raises the primary's EditError (the hunk, function
     and torch version) when none does.
 
@@ -239,8 +239,7 @@ def select_edit(primary: pathlib.Path, source: str | None = None) -> FileDiff:
     candidates = [FileDiff.read(primary)] + [FileDiff.read(p) for p in variant_files(primary)]
     if candidates[0].imports_modules:  # the package may not exist in an older release
         return candidates[0]
-    if source is None:
-        source = installed_source(candidates[0])
+    source = (sources or {}).get(candidates[0].module) or installed_source(candidates[0])
     error = None
     for diff in candidates:
         try:
@@ -265,8 +264,7 @@ def select_edits(paths: list[pathlib.Path]) -> list[FileDiff]:
     texts: dict[str, str] = {}
     diffs = []
     for path in paths:
-        primary = FileDiff.read(path)
-        diff = select_edit(path, texts.get(primary.module))
+        diff = select_edit(path, texts)
         if not diff.module_level and diff.absent is None:
             source = texts.get(diff.module) or installed_source(diff)
             texts[diff.module] = apply_hunks(source, diff)[0]

@@ -236,13 +236,15 @@ class Registry:
             # an edit may build on lines a required overlay adds
             needs = self.with_requirements([name])
             paths = [p for r in self._overlays if r in needs for p in self.get(r).edit_files]
-            own = len(self.get(name).edit_files)
             selected = select_edits(paths)
-            required, diffs = selected[:-own], selected[-own:]
+            split = len(selected) - len(self.get(name).edit_files)
+            required, diffs = selected[:split], selected[split:]
             for diff in diffs:
                 # per upstream file, the overlay's own edit's (its parts' flags come after)
                 variants.setdefault(diff.upstream.removeprefix("torch/_inductor/"),
                                     variant_name(diff.path))
+            # only the modules this overlay edits: the others' functions are not its swaps
+            required = [d for d in required if d.module in {o.module for o in diffs}]
             base = {s.target: _body(s.edited) for s in plan_swaps(_function_edits(required))}
             swaps = [s for s in plan_swaps(_function_edits(required + diffs))
                      if base.get(s.target) != _body(s.edited)]
