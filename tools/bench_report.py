@@ -94,6 +94,8 @@ FAMILIES = ("decode", "dynamic batch", "CUDA graphs", "HF generate", "autocast r
             "batched", "training", "operators",
             "max-autotune", "freezing")
 GENERATE_CACHE = {"generate": "default cache", "generate_static": "static cache"}
+# the zoo's torch.compile modes that capture CUDA graphs: timed by wall time per call
+GRAPH_MODES = ("reduce-overhead", "max-autotune")
 ZOO_FAMILY = {"decode1": "decode", "decode_dyn": "dynamic batch", "batch8": "batched",
               "train": "training", "generate": "HF generate", "generate_static": "HF generate"}
 # per operator family: the modes it shows, and the (faster, baseline) ratios
@@ -228,8 +230,7 @@ def timing(doc: dict) -> str:
         return "profiler"
     if doc_kind(doc) == "zoo":
         compiles = settings.get("compiles")
-        graphs = settings.get("mode") in ("reduce-overhead", "max-autotune")
-        timer = "wall" if graphs else "profiler"
+        timer = "wall" if settings.get("mode") in GRAPH_MODES else "profiler"
         return timer + (f", c{compiles}" if compiles else "")
     timer = "graph" if settings.get("timer") == "CUDA-graph replay" else "do_bench"
     passes = re.search(r"--passes (\d+)", command)

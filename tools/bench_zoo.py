@@ -30,14 +30,14 @@ import torch
 import torch_overlay
 from bench_common import (attempt, both_orders, environment, finish, gpu_available, log, mean,
                           one_line, probe_overlays, relative_error, warm_up_compiler)
-from bench_report import write_json
+from bench_report import GRAPH_MODES, write_json
 
 ROWS = ("decode1", "decode_dyn", "batch8", "train", "generate", "generate_static")
-MODES = ("default", "reduce-overhead", "max-autotune", "freezing")
 GRAPH_ROWS = ("decode1", "decode_dyn")  # the rows timed under CUDA graphs
 # each mode's rows: freezing folds the weights into constants, for inference only
-MODE_ROWS = {"default": ROWS, "reduce-overhead": GRAPH_ROWS, "max-autotune": GRAPH_ROWS,
+MODE_ROWS = {"default": ROWS, **dict.fromkeys(GRAPH_MODES, GRAPH_ROWS),
              "freezing": ("decode1", "decode_dyn", "batch8")}
+MODES = tuple(MODE_ROWS)
 DYN_BATCHES = (4, 16, 1)  # the first compiles (a size-1 dim cannot be marked dynamic)
 SEQ, BATCH, ENC_SEQ = 128, 8, 128
 WARMUP, ITERS = 3, 20
@@ -512,7 +512,7 @@ def run(args, argv) -> int:
         log(f"overlays not enabled: {e}")
     env = {**environment(["zoo", *argv], overlays), "transformers": transformers.__version__,
            "compile_workers": workers}
-    graphs = args.mode in ("reduce-overhead", "max-autotune")
+    graphs = args.mode in GRAPH_MODES
     doc = {"env": env, "settings": {"timer": WALL_TIMER if graphs else PROFILER_TIMER,
                                     "warmup": WARMUP, "iters": ITERS, "budget_s": args.budget_s,
                                     "compiles": args.compiles, "mode": args.mode},

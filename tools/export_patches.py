@@ -983,7 +983,9 @@ def skips_allowed(pytest_args: Iterable[str]) -> bool:
     args = list(pytest_args)
     profiles = [a.split("=", 1)[1] for a in args if a.startswith("--gpu-free-profile=")]
     profiles += [b for a, b in zip(args, args[1:]) if a == "--gpu-free-profile"]
-    return any(p != "h200" for p in profiles)
+    from torch_overlay.testing.gpu_profiles import DEFAULT_PROFILE
+
+    return any(p != DEFAULT_PROFILE for p in profiles)
 
 
 def _report_audit(name: str, overlay: OverlayExport, problems: list[str], style: bool) -> bool:

@@ -30,7 +30,7 @@ import pytest
 import torch
 
 from .fake_cuda import fake_cuda
-from .gpu_profiles import get_profile
+from .gpu_profiles import DEFAULT_PROFILE, get_profile
 
 # factories that take a device=; the *_like ones follow their (fake) input by themselves
 FACTORIES = ("arange", "empty", "empty_strided", "eye", "full", "linspace", "ones", "rand",
@@ -318,7 +318,7 @@ _FAKE: FakeGPU | None = None
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--gpu-free-profile", default="h200",
+    parser.addoption("--gpu-free-profile", default=DEFAULT_PROFILE,
                      help="GPU profile the GPU-free harness fakes (torch_overlay.testing.gpu_profiles)")
 
 

@@ -117,6 +117,10 @@ GPU_PROFILES: dict[str, GPUProfile] = {
 }
 
 
+# the profile the GPU-free harness fakes unless told otherwise
+DEFAULT_PROFILE = "h200"
+
+
 def get_profile(gpu: str) -> GPUProfile:
     try:
         return GPU_PROFILES[gpu]
