@@ -5,8 +5,8 @@
 ``DowncastMMChoices`` (kernel/mm_downcast.py) offers the Triton mm template alone where
 the weight is an fp32 -> 16-bit cast used by the matmul alone and one row tile spans M;
 prologue fusion (``config.prologue_fusion_downcast``) then loads the fp32 weight in the
-template. One row over an [N, K] weight lowers to a reduction over K instead
-(``_use_small_mm_pointwise``). The plan (kernel/mm_downcast_plan.py) is checked as plain
+template. One row lowers to a reduction over K instead
+(fx_passes/decompose_downcast_mm.py). The plan (kernel/mm_downcast_plan.py) is checked as plain
 Python, the code with ``get_code`` (nothing runs), the values on a GPU.
 """
 
@@ -43,6 +43,8 @@ def linear(x, w, b=None):
 
 # shared memory a program may use on GPUs upstream CI runs (A10G/L4, A100, H100)
 SMALL, A100, H100 = 101376, 166912, 232448
+# columns whose 64-wide tiles fill one wave of 128-row tiles on A10G, A100 and H100
+TALL_N = 5120
 
 
 class TestDowncastMMPlan(TestCase):
@@ -55,14 +57,15 @@ class TestDowncastMMPlan(TestCase):
         D = downcast_plan.Decline
         self.assertIs(self.plan(16, weight_downcast=False).decline, D.NOT_A_DOWNCAST)
         self.assertIs(self.plan(0).decline, D.EMPTY)
-        self.assertIs(self.plan(65).decline, D.TOO_MANY_ROWS)
+        self.assertIs(self.plan(129).decline, D.TOO_MANY_ROWS)
+        self.assertIs(self.plan(128, n=1024).decline, D.FEW_TILES)
         self.assertIs(self.plan(16, n=512, k=512).decline, D.SMALL_WEIGHT)
         self.assertIs(self.plan(16, smem=16 * 1024).decline, D.NO_FIT)
         self.assertEqual(self.plan(16, smem=16 * 1024).configs, ())
 
     def test_one_config_that_fits(self):
         for smem in (SMALL, A100, H100):
-            for m in (1, 16, 17, 64):
+            for m in (1, 16, 17, 64, 65, 128):
                 (cfg,) = self.plan(m, smem=smem).configs
                 self.assertLessEqual(cfg.smem_bytes(2), smem)
                 self.assertGreaterEqual(cfg.BLOCK_M, min(m, 16))
@@ -74,6 +77,12 @@ class TestDowncastMMPlan(TestCase):
         self.assertEqual(self.plan(64).configs[0].BLOCK_M, 64)
         self.assertEqual(self.plan(64, n=4096).configs[0].BLOCK_N, 32)
         self.assertEqual(self.plan(64, n=14336).configs[0].BLOCK_N, 64)
+        # 128-row tiles: the widest whose column tiles fill one wave
+        self.assertEqual(self.plan(65).configs[0].BLOCK_M, 128)
+        self.assertEqual(self.plan(128, n=4096).configs[0].BLOCK_N, 32)
+        self.assertEqual(self.plan(128, n=14336).configs[0].BLOCK_N, 128)
+        # more than one wave at every width
+        self.assertEqual(self.plan(128, n=18944).configs[0].BLOCK_N, 64)
 
     def test_one_row_reduces_over_k(self):
         p = downcast_plan.DowncastMM(
@@ -164,10 +173,10 @@ class TestDowncastMM(TestCase):
         self.assertEqual(counters["inductor"]["decompose_downcast_mm"], 1)
 
     @skipIfRocm
-    @parametrize("m", (16, 37, 64))
+    @parametrize("m", (16, 37, 64, 100))
     @parametrize("bias", (True, False))
     def test_decode_takes_the_template(self, m, bias):
-        code = get_code(torch.compile(linear), *self.inputs(m, bias=bias))[0]
+        code = get_code(torch.compile(linear), *self.inputs(m, TALL_N, bias=bias))[0]
         self.check_template(code)
         # one choice: nothing benchmarked in default mode
         self.assertEqual(counters["inductor"]["select_algorithm_autotune"], 0)
@@ -200,8 +209,8 @@ class TestDowncastMM(TestCase):
         self.assertNotIn("rsqrt", reduction)
 
     def test_one_row_kn_weight_reduces(self):
-        # a [K, N] weight (Conv1D's): K is split, and the cast fuses into the split's
-        # first kernel, which reads rows of N in order
+        # a [K, N] weight (Conv1D's): the cast fuses into the reduction over K, whose
+        # programs read rows of N in order
         def fn(x, w, b):
             with torch.autocast(GPU_TYPE, torch.bfloat16):
                 return torch.addmm(b, x, w)
@@ -211,8 +220,9 @@ class TestDowncastMM(TestCase):
         code = get_code(torch.compile(fn), x, w, torch.randn(5120, device=GPU_TYPE))[0]
         self.check_reduction(code)
         self.assertNotIn("xnumel = 6553600", code)  # a 1280 x 5120 copy
-        # x's cast, the split's first kernel, the second with the bias add
-        self.assertEqual(code.count("@triton.jit"), 3)
+        # x's cast, then reductions (K split where the GPU has SMs to spare), the last
+        # with the bias add
+        self.assertEqual(code.count("def triton_poi"), 1)
 
     def test_one_row_wide_kn_weight_takes_the_template(self):
         # past KN_MAX_COLUMNS a program would read whole columns: the template
@@ -226,7 +236,7 @@ class TestDowncastMM(TestCase):
         self.check_template(code)
         self.assertEqual(counters["inductor"]["decompose_downcast_mm"], 0)
 
-    @parametrize("m", (65, 256))
+    @parametrize("m", (129, 256))
     def test_rows_past_one_tile_stay_stock(self, m):
         code = get_code(torch.compile(linear), *self.inputs(m))[0]
         self.assertNotIn("def triton_tem", code)
@@ -253,10 +263,10 @@ class TestDowncastMM(TestCase):
 
     @skipIfRocm
     @requires_gpu
-    @parametrize("m", (16, 37, 64))
+    @parametrize("m", (16, 37, 64, 100))
     def test_values(self, m):
-        # odd sizes: masked tiles; a weight just over the plan's smallest
-        x, w, b = self.inputs(m, n=2300, k=2000)
+        # odd sizes: masked tiles
+        x, w, b = self.inputs(m, n=TALL_N - 3, k=2000)
         out, (code,) = run_and_get_code(torch.compile(linear), x, w, b)
         self.check_template(code)
         expected = linear(x, w, b)

@@ -17,12 +17,15 @@ import enum
 
 # rows up to which one row tile spans M: the template reads the weight once, which is
 # where the downcast prologue fuses (Scheduler.check_prologue_fusion_heuristics_fusable)
-MAX_ROWS = 64
+MAX_ROWS = 128
 # the smallest weight (elements) measured to gain: below it the cast kernel is cheap and
 # the GEMM launch-bound
 MIN_WEIGHT_NUMEL = 1024 * 4096
 # column tiles per SM from which 64-column tiles fill the SMs well enough
 WIDE_TILES_PER_SM = 1.5
+# 128-row tiles: the least share of the SMs their column tiles must occupy, since each
+# tile streams its columns alone: fewer leave the SMs idle for the whole read
+MIN_SM_SHARE = 0.6
 # the widest [K, N] weight one row reduces over: up to it Inductor splits K across
 # programs; wider, each program reads whole columns, at a speed its run-time tuned tile
 # decides, where the template's is steadier
@@ -35,6 +38,7 @@ class Decline(enum.Enum):
     NOT_A_DOWNCAST = "the weight is not a single-use fp32 -> 16-bit cast"
     EMPTY = "no rows: nothing to read"
     TOO_MANY_ROWS = "M may exceed one row tile: the weight would be re-read"
+    FEW_TILES = "too few column tiles of 128 rows to keep the SMs busy"
     SMALL_WEIGHT = "the weight is too small for its cast kernel to matter"
     NO_FIT = "no tile config fits shared memory"
 
@@ -87,11 +91,35 @@ class Plan:
     decline: Decline | None = None
 
 
+# 128-row tiles by width: thin ones take a deep K step, wide ones 8 warps
+TALL_TILES = {
+    128: TileConfig(128, 128, 64, 8, 3),
+    64: TileConfig(128, 64, 64, 4, 4),
+    32: TileConfig(128, 32, 128, 4, 4),
+}
+
+
+def _tall(p: DowncastMM, dev: Device) -> list[TileConfig]:
+    """65-128 rows: the widest 128-row tile whose column tiles fill one wave, then the
+    others; 64 columns first where every width takes more than one wave."""
+    tiles = {w: -(-p.n // w) for w in TALL_TILES}
+    one_wave = [w for w in TALL_TILES if tiles[w] <= dev.sm_count]
+    if not one_wave:
+        best = 64
+    elif tiles[one_wave[-1]] >= MIN_SM_SHARE * dev.sm_count:
+        best = next(w for w in one_wave if tiles[w] >= MIN_SM_SHARE * dev.sm_count)
+    else:
+        return []  # even 32-column tiles leave most SMs idle
+    return [TALL_TILES[best]] + [c for w, c in TALL_TILES.items() if w != best]
+
+
 def _preferred(p: DowncastMM, dev: Device) -> list[TileConfig]:
     """Decode tiles, best first: narrow columns until the weight's column tiles fill
     the SMs, a deep K step to keep enough fp32 bytes in flight."""
     if p.m_max <= 16:
         return [TileConfig(16, 32, 256, 4, 3), TileConfig(16, 64, 128, 4, 4)]
+    if p.m_max > 64:
+        return _tall(p, dev)
     narrow, wide = TileConfig(64, 32, 128, 4, 5), TileConfig(64, 64, 128, 4, 4)
     if p.n / wide.BLOCK_N >= WIDE_TILES_PER_SM * dev.sm_count:
         return [wide, narrow]
@@ -131,7 +159,10 @@ def plan(p: DowncastMM, dev: Device, *, neighbours: bool = False) -> Plan:
         return Plan(decline=Decline.TOO_MANY_ROWS)
     if p.n * p.k < MIN_WEIGHT_NUMEL:
         return Plan(decline=Decline.SMALL_WEIGHT)
-    fitted = [c for c in (_fitted(c, p, dev) for c in _preferred(p, dev)) if c]
+    preferred = _preferred(p, dev)
+    if not preferred:
+        return Plan(decline=Decline.FEW_TILES)
+    fitted = [c for c in (_fitted(c, p, dev) for c in preferred) if c]
     if not fitted:
         return Plan(decline=Decline.NO_FIT)
     return Plan(configs=tuple(dict.fromkeys(fitted)) if neighbours else (fitted[0],))
