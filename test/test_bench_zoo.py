@@ -229,35 +229,6 @@ class TestZooModels(TestCase):
                       "overlay us | decode_dyn B = 16: stock / overlay us | measured |", frozen)
         self.assertNotIn("## Dynamic batch", frozen)
 
-    def test_measure_generate_and_its_table(self):
-        """generate() over a compiled forward on the CPU (Dynamo's eager backend, a counter
-        for the timer): per-token times of both sides in both orders, errors and token
-        agreement against eager, the model's own forward back afterwards."""
-        spec = zoo.SPECS["llama3-8b"]
-        model = zoo.build(spec, "cpu", tiny=True)
-        ticks = iter(range(100, 1000))
-        with mock.patch.object(zoo, "PROMPT", 4), mock.patch.object(zoo, "NEW_TOKENS", 3):
-            (e,) = zoo.measure_generate(
-                spec, model, "generate", device="cpu",
-                timer=lambda call, **kw: (call(), float(next(ticks)))[1],
-                compile=lambda f, **kw: torch.compile(f, backend="eager", **kw))
-        self.assertNotIn("forward", model.__dict__)
-        self.assertEqual((e["row"], e["batch"], e["tokens"]), ("generate", 1, 3))
-        for side in ("stock", "overlay"):
-            res = e["sides"][side]
-            self.assertEqual(len(res["us"]), 2)  # two passes, each one call's time / tokens
-            self.assertEqual(res["token_match"], 1.0)
-            self.assertEqual(res["err"], 0.0)  # CUDA autocast leaves CPU tensors fp32
-        self.assertEqual(e["eager_err"], 0.0)
-        doc = {"env": {"gpu": "NVIDIA H200", "torch": "2.11.0", "triton": "3.6.0",
-                       "date": "2026-11-29", "command": "python tools/bench.py zoo"},
-               "settings": {"timer": zoo.PROFILER_TIMER}, "rows": [e]}
-        text = render_run(doc)
-        self.assertIn("## HF generate", text)
-        self.assertIn("| model | default cache | measured |", text)
-        self.assertIn(f"| llama3-8b | {e['sides']['stock']['mean_us']:.1f} / ", text)
-        self.assertNotIn("## Decode", text)  # a family without rows has no section
-
     def test_same_code_but_comments(self):
         stock = ["# AOT ID: ['0_inference']\nbuf0 = mm(x, w)\n    # Topologically sorted\n"]
         overlay = ["# AOT ID: ['1_inference']\nbuf0 = mm(x, w)\n    # matmul_meta: mm\n"]

@@ -3,15 +3,8 @@ parameter casts kept across calls (``config.autocast_param_cache``) and without.
 
     python tools/bench.py cast-cache --out DIR [--models llama3-8b,gpt2-large]
 
-Sides: *stock* (every overlay flag off), *overlay* (every flag but the cast cache),
-*cache* (every flag), and the two a user reaches today: *bf16*, ``torch.compile`` of a
-16-bit copy of the model (stock), and *eager*, the model inside the same region (eager
-autocast's own cast cache). Rows, per model (the zoo's specs, 2 layers, random weights):
-``decode`` (one token, B=1 and 8), ``generate`` (``model.generate()`` over a compiled
-``forward`` inside one region: per token) and, for models that train in the zoo,
-``accumulate`` (4 micro-batches, forward and backward, inside one region) and ``step``
-(one forward in a region of its own, then backward). GPU kernel time (torch.profiler,
-summed) and wall time, both orders; errors against fp32 eager; the casts the cache holds.
+Sides and rows: BENCHMARKS.md's "Autocast region" says what each one is. The zoo's models
+(2 layers, random weights); kernel and wall time, both orders; errors against fp32 eager.
 """
 from __future__ import annotations
 
@@ -29,6 +22,7 @@ from bench_common import attempt, both_orders, environment, finish, log, mean
 
 SIDES = ("stock", "overlay", "cache", "bf16", "eager")
 MICRO_BATCHES = 4
+PROMPT, NEW_TOKENS = 32, 32  # generate(): prompt tokens, then greedy new tokens
 
 
 def flags(side: str):
@@ -81,25 +75,43 @@ def decode_row(spec, model, bf16, batch: int) -> dict:
     return row
 
 
+@contextlib.contextmanager
+def compiled_forwards(model, sides):
+    """Per side ``model.forward`` compiled as a code object of its own; ``use(side)`` puts
+    it on the instance, where generate() looks it up."""
+    forwards = {s: torch.compile(zoo.fresh(type(model).forward.__get__(model))) for s in sides}
+    try:
+        yield lambda side: setattr(model, "forward", forwards[side])
+    finally:
+        model.__dict__.pop("forward", None)
+
+
 def generate_row(spec, model) -> dict:
+    """NEW_TOKENS greedy tokens after a random prompt, batch 1: errors of the first step's
+    logits, and the share of eager autocast's tokens each side generates."""
     device = model.device.type
-    ids, kw = zoo.generate_args(model, 0, device)
-    row = {"model": spec.name, "row": "generate", "batch": 1, "tokens": zoo.NEW_TOKENS,
+    gen = torch.Generator(device).manual_seed(0)
+    ids = torch.randint(0, model.config.vocab_size, (1, PROMPT), device=device, generator=gen)
+    kw = dict(max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False,
+              return_dict_in_generate=True, output_logits=True, pad_token_id=0)
+    row = {"model": spec.name, "row": "generate", "batch": 1, "tokens": NEW_TOKENS,
            "sides": {}}
     sides = ("stock", "overlay", "cache")
-    with torch.no_grad(), zoo.compiled_forwards(model, sides) as use:
+    with torch.no_grad(), compiled_forwards(model, sides) as use:
         ref = model.generate(ids, **kw).logits[0]
         with region(device):
             eager = model.generate(ids, **kw)
         for side in sides:
             use(side)
             with flags(side), region(device):
-                row["sides"][side] = zoo.generate_errors(model.generate(ids, **kw), ref, eager)
+                out = model.generate(ids, **kw)
+            row["sides"][side] = {"err": zoo.max_rel_err(out.logits[0], ref), "token_match":
+                                  (out.sequences == eager.sequences).float().mean().item()}
         time_sides(row, {s: lambda s=s: (use(s), model.generate(ids, **kw)) for s in sides},
                    device, iters=1)
     for res in row["sides"].values():
         for key in ("kernel", "wall"):
-            res[f"{key}_per_token_us"] = res[f"{key}_mean_us"] / zoo.NEW_TOKENS
+            res[f"{key}_per_token_us"] = res[f"{key}_mean_us"] / NEW_TOKENS
     return row
 
 

@@ -90,14 +90,12 @@ def markdown_table(headers: list[str], rows: list[list[str]]) -> str:
 # -- BENCHMARKS.md: the newest measurement of each row, per GPU and release -----------
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "bench_results"
-FAMILIES = ("decode", "dynamic batch", "CUDA graphs", "HF generate", "autocast region",
-            "batched", "training", "operators",
-            "max-autotune", "freezing")
-GENERATE_CACHE = {"generate": "default cache", "generate_static": "static cache"}
+FAMILIES = ("decode", "dynamic batch", "CUDA graphs", "autocast region", "batched",
+            "training", "operators", "max-autotune", "freezing")
 # the zoo's torch.compile modes that capture CUDA graphs: timed by wall time per call
 GRAPH_MODES = ("reduce-overhead", "max-autotune")
 ZOO_FAMILY = {"decode1": "decode", "decode_dyn": "dynamic batch", "batch8": "batched",
-              "train": "training", "generate": "HF generate", "generate_static": "HF generate"}
+              "train": "training"}
 # per operator family: the modes it shows, and the (faster, baseline) ratios
 OPS_FAMILY = {
     "operators": (("eager", "stock", "overlay"), [("overlay", "stock"), ("overlay", "eager")]),
@@ -122,11 +120,6 @@ FAMILY_TEXT = {
                    "per call of graph replays back to back (*wall*), what a launch-bound step "
                    "costs. "
                    "`bench.py zoo --mode reduce-overhead` (or `max-autotune`).",
-    "HF generate": "`model.generate()` over `torch.compile(model.forward)`, greedy, 32 new "
-                   "tokens after 32, batch 1: GPU kernel time per token of one profiled call "
-                   "(stock / overlay us); the default KV cache, and `cache_implementation="
-                   "\"static\"` where transformers runs it under autocast. "
-                   "`bench.py zoo --rows generate,generate_static`.",
     "autocast region": "Every call inside one `torch.autocast` region entered outside the "
                        "compiled function, as a decode loop runs: *cache* is the overlays "
                        "with `autocast_param_cache`, *overlay* without it; *bf16* is "
@@ -287,7 +280,6 @@ PER_MODEL = {
     "dynamic batch": (lambda key: key[2], lambda b: f"B = {b}: stock / overlay us", 1, False),
     "CUDA graphs": (lambda key: key[1:],
                     lambda c: f"{c[0].replace('decode_dyn', 'dynamic')} B = {c[1]}", 0, True),
-    "HF generate": (lambda key: key[1], GENERATE_CACHE.get, 1, False),
     "freezing": (lambda key: key[1:], lambda c: f"{c[0]} B = {c[1]}: stock / overlay us", 1,
                  True),
 }

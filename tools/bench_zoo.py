@@ -32,7 +32,7 @@ from bench_common import (attempt, both_orders, environment, finish, gpu_availab
                           one_line, probe_overlays, relative_error, warm_up_compiler)
 from bench_report import GRAPH_MODES, write_json
 
-ROWS = ("decode1", "decode_dyn", "batch8", "train", "generate", "generate_static")
+ROWS = ("decode1", "decode_dyn", "batch8", "train")
 GRAPH_ROWS = ("decode1", "decode_dyn")  # the rows timed under CUDA graphs
 # each mode's rows: freezing folds the weights into constants, for inference only
 MODE_ROWS = {"default": ROWS, **dict.fromkeys(GRAPH_MODES, GRAPH_ROWS),
@@ -41,7 +41,6 @@ MODES = tuple(MODE_ROWS)
 DYN_BATCHES = (4, 16, 1)  # the first compiles (a size-1 dim cannot be marked dynamic)
 SEQ, BATCH, ENC_SEQ = 128, 8, 128
 WARMUP, ITERS = 3, 20
-PROMPT, NEW_TOKENS = 32, 32  # generate(): prompt tokens and greedy new tokens, batch 1
 # input sets a row's errors are averaged over: one maximum of one output is one sample of
 # how a kernel's order of sums rounds
 ERR_INPUTS = 4
@@ -66,9 +65,7 @@ class Spec:
 
     def rows(self) -> tuple[str, ...]:
         gen = self.kind in ("decoder", "encdec")
-        hf_generate = ("generate", "generate_static")[:2 * (self.kind == "decoder")]
-        return (("decode1", "decode_dyn")[:2 * gen] + ("batch8",) + ("train",)[:self.train]
-                + hf_generate)
+        return ("decode1", "decode_dyn")[:2 * gen] + ("batch8",) + ("train",)[:self.train]
 
 
 def _lm(hidden, heads, ffn, vocab, **kw):
@@ -116,8 +113,7 @@ ORDER = ([("bert-large", "batch8"), ("vit-large", "batch8"), ("t5-large", "batch
          + [(m, "decode1") for m in _DEC + ("t5-large",)] + [(m, "batch8") for m in _DEC]
          + [(m, "decode_dyn") for m in ("llama3-8b", "gpt2-large", "t5-large", "pythia-1.4b",
                                         "qwen2-7b")]
-         + [(m, "train") for m in ("gpt2-large", "bert-large", "vit-large")]
-         + [(m, r) for m in _DEC for r in ("generate", "generate_static")])
+         + [(m, "train") for m in ("gpt2-large", "bert-large", "vit-large")])
 
 
 def build(spec: Spec, device: str, tiny: bool = False) -> torch.nn.Module:
@@ -433,71 +429,6 @@ def measure_row(spec: Spec, model, row: str, device: str = "cuda", timer=kernel_
     return [entries[b] for b in sorted(batches)]
 
 
-def generate_args(model, seed: int, device: str) -> tuple[torch.Tensor, dict]:
-    """A random prompt of PROMPT tokens at batch 1, and generate()'s arguments for
-    NEW_TOKENS greedy new tokens with their logits."""
-    gen = torch.Generator(device).manual_seed(seed)
-    ids = torch.randint(0, model.config.vocab_size, (1, PROMPT), device=device, generator=gen)
-    return ids, dict(max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False,
-                     return_dict_in_generate=True, output_logits=True, pad_token_id=0)
-
-
-def generate_errors(out, ref: torch.Tensor, eager) -> dict:
-    """The first step's logits against fp32 eager's, and the share of eager autocast's
-    tokens generated."""
-    return {"err": max_rel_err(out.logits[0], ref),
-            "token_match": (out.sequences == eager.sequences).float().mean().item()}
-
-
-@contextlib.contextmanager
-def compiled_forwards(model, sides, compile=torch.compile):
-    """Per side ``model.forward`` compiled as a code object of its own; ``use(side)`` puts
-    it on the instance, where generate() looks it up."""
-    forwards = {side: compile(fresh(type(model).forward.__get__(model))) for side in sides}
-    try:
-        yield lambda side: setattr(model, "forward", forwards[side])
-    finally:
-        model.__dict__.pop("forward", None)
-
-
-def measure_generate(spec: Spec, model, row: str, device: str = "cuda", timer=kernel_us,
-                     compile=torch.compile) -> list[dict]:
-    """``model.generate()`` over a compiled ``model.forward``, as transformers documents
-    compiled decode: greedy, NEW_TOKENS new tokens after PROMPT, batch 1, the default KV
-    cache (``generate``) or ``cache_implementation="static"``. Per token: the GPU time of
-    one profiled call, both sides in both orders; errors of the first step's logits
-    against fp32 eager, and the share of eager autocast's tokens each side generates."""
-    from torch._inductor.utils import fresh_cache
-
-    ids, kw = generate_args(model, zlib.crc32(f"{spec.name}/{row}".encode()), device)
-    if row == "generate_static":
-        kw["cache_implementation"] = "static"
-
-    def generate(amp=True):
-        with torch.no_grad(), torch.autocast("cuda", torch.bfloat16, enabled=amp):
-            return model.generate(ids, **kw)
-
-    ref = generate(amp=False).logits[0]
-    eager = generate()  # fails where transformers fails (its static cache under autocast)
-    entry = {"model": spec.name, "hidden": spec.hidden, "row": row, "batch": 1,
-             "tokens": NEW_TOKENS, "eager_err": max_rel_err(eager.logits[0], ref), "sides": {}}
-    with compiled_forwards(model, ("stock", "overlay"), compile) as use:
-        def on(side):
-            use(side)
-            return generate()
-        for side in ("stock", "overlay"):
-            with side_config(side), fresh_cache():
-                start = time.perf_counter()
-                out = on(side)
-                entry["sides"][side] = {"compile_s": time.perf_counter() - start,
-                                        **generate_errors(out, ref, eager)}
-                if device == "cuda":
-                    entry["sides"][side]["peak_mib"] = peak_mib(lambda: on(side))
-        time_sides({1: entry}, lambda side, c, b: lambda: on(side),
-                   lambda call: timer(call, iters=1, warmup=1) / NEW_TOKENS, 1)
-    return [entry]
-
-
 # -- the run on a GPU ----------------------------------------------------------------
 
 def run(args, argv) -> int:
@@ -529,8 +460,6 @@ def run(args, argv) -> int:
             doc["models"][spec.name] = {"source": spec.source, "config": spec.kwargs,
                                         "params": sum(p.numel() for p in model.parameters()),
                                         "attn": model.config._attn_implementation}
-        if row.startswith("generate"):
-            return measure_generate(spec, models[spec.name], row)
         with torch._inductor.config.patch(freezing=args.mode == "freezing"):
             return measure_row(spec, models[spec.name], row,
                                timer=wall_us if graphs else kernel_us, compile=compile,
