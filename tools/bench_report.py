@@ -90,8 +90,13 @@ def markdown_table(headers: list[str], rows: list[list[str]]) -> str:
 # -- BENCHMARKS.md: the newest measurement of each row, per GPU and release -----------
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "bench_results"
-FAMILIES = ("decode", "dynamic batch", "CUDA graphs", "autocast region", "batched",
-            "training", "operators", "max-autotune", "freezing")
+FAMILIES = ("decode", "dynamic batch", "autocast region", "batched", "training",
+            "operators", "max-autotune", "freezing")
+# families shown inside another's section, after its table under each GPU, captioned
+INSET = {"dynamic batch": "CUDA graphs", "freezing": "frozen models"}
+CAPTION = {"CUDA graphs": "#### Under CUDA graphs, both sides in one mode: stock / overlay us "
+                          "(overlay / stock)",
+           "frozen models": "#### `transformers` architectures, both sides frozen"}
 # the zoo's torch.compile modes that capture CUDA graphs: timed by wall time per call
 GRAPH_MODES = ("reduce-overhead", "max-autotune")
 ZOO_FAMILY = {"decode1": "decode", "decode_dyn": "dynamic batch", "batch8": "batched",
@@ -113,23 +118,19 @@ FAMILY_TEXT = {
     "decode": "One token at batch 1, a decoder step without KV cache (T5-large attends to 128 "
               "cached encoder states). `bench.py zoo --rows decode1`.",
     "dynamic batch": "The same step with the batch dim `mark_dynamic`, compiled at B = 4 and "
-                     "timed at 1, 4, 16 (B = 1 recompiles). `bench.py zoo --rows decode_dyn`.",
-    "CUDA graphs": "The decode and dynamic-batch rows compiled with `mode=\"reduce-overhead\"` or "
-                   "`mode=\"max-autotune\"`, which capture CUDA graphs (stock / overlay us, "
-                   "overlay / stock; under max-autotune both sides are max-autotune): wall time "
-                   "per call of graph replays back to back (*wall*), what a launch-bound step "
-                   "costs. "
-                   "`bench.py zoo --mode reduce-overhead` (or `max-autotune`).",
+                     "timed at 1, 4, 16 (B = 1 recompiles). `bench.py zoo --rows decode_dyn`. "
+                     "Under CUDA graphs: both rows compiled with `mode=\"reduce-overhead\"` "
+                     "or `\"max-autotune\"` on both sides, what a launch-bound step costs "
+                     "(`bench.py zoo --mode reduce-overhead`, or `max-autotune`).",
     "autocast region": "Every call inside one `torch.autocast` region entered outside the "
                        "compiled function, as a decode loop runs: *cache* is the overlays "
                        "with `autocast_param_cache`, *overlay* without it; *bf16* is "
                        "`torch.compile` (stock) of a 16-bit copy of the model, *eager* the "
-                       "model in the region (eager autocast's own cast cache). GPU kernel "
-                       "time per call (per token for `generate`; *step*: one forward in a "
-                       "region of its own, then backward; *accumulate*: 4 micro-batches in "
-                       "one region); *wall*: host-to-host time per call, the same calls back "
-                       "to back; max relative errors against fp32 eager, the casts "
-                       "held. `bench.py cast-cache`.",
+                       "model in the region (eager autocast's own cast cache). Kernel time per "
+                       "call (per token for `generate`; *step*: one forward in a region of its "
+                       "own, then backward; *accumulate*: 4 micro-batches in one region); "
+                       "*wall us*: host-to-host, the same calls back to back; max relative "
+                       "errors against fp32 eager; the casts held. `bench.py cast-cache`.",
     "batched": "8 x 128 tokens (8 images for ViT): where the plan keeps stock's code. "
                "`bench.py zoo --rows batch8`.",
     "training": "Forward and backward of the batched row; errors are those of every "
@@ -141,25 +142,27 @@ FAMILY_TEXT = {
                     "`bench.py ops --modes stock-max-autotune,overlay-max-autotune`.",
     "freezing": "`torch._inductor.config.freezing=True`, weights folded into constants "
                 "(inference only): single operators (`bench.py ops --modes stock_freezing,"
-                "overlay_freezing`), then the zoo's inference rows with both sides compiled "
-                "frozen (`bench.py zoo --mode freezing`, GPU kernel time).",
+                "overlay_freezing`), then the zoo's inference rows (`bench.py zoo --mode "
+                "freezing`).",
 }
-HOW_MEASURED = "\n".join((
-    "Every figure is a time measured on the GPU named above its table, with the torch and "
-    "triton releases named there, on the date in its row's *measured* column; ratios are how "
-    "many times faster the first side is, both sides measured in the same run.",
-    "",
-    "- *profiler*: GPU kernel time of one call (torch.profiler's CUDA events, summed over 20 "
-    "calls after 3 warm-up calls); each side compiled cold in its own cache, timed in both "
-    "orders, the faster of N compiles a side (*cN*). fp32 parameters under bf16 autocast, "
-    "random weights of the public configs' dimensions, 2 layers.",
-    "- *wall*: host-to-host time per call of 20 CUDA-graph replays back to back. *same code*: "
-    "both sides generated the same code, so their ratio is runtime autotuning's spread.",
-    "- *graph*: a CUDA-graph replay of one call per input set, inputs rotated past the L2; "
-    "*do_bench*: `triton.testing.do_bench` median of the calls, host included. *pN*: the "
-    "modes measured N times in alternating order, the lower median kept.",
-    "- Errors are relative (rms for the zoo) against an fp64 reference; a result more than 4x "
-    "eager's error is **WRONG** and never timed."))
+INTRO = (
+    "torch_overlay against stock Inductor: each row's newest measurement, per workload family, "
+    "GPU and release, rendered from `tools/bench_results/*.json` by `python tools/bench.py "
+    "report > BENCHMARKS.md` (a test keeps it current; git history holds earlier ones). Each "
+    "table names its GPU, torch and triton; a row's *measured* column, its date and timer. "
+    "Ratios are how many times faster the first side is, both sides measured in the same run "
+    "(*same code*: both generated the same code, so the ratio is runtime autotuning's "
+    "spread). Errors are relative (rms for the zoo) against an fp64 reference; a result more "
+    "than 4x eager's error is **WRONG** and never timed.")
+TIMERS = (
+    "- *profiler* (models): GPU kernel time of one call (torch.profiler's CUDA events, summed "
+    "over 20 calls after 3 warm-up calls); each side compiled cold in its own cache, timed in "
+    "both orders, the faster of N compiles a side (*cN*). fp32 parameters under bf16 "
+    "autocast, random weights of the public configs' dimensions, 2 layers.",
+    "- *wall*: host-to-host time per call of 20 CUDA-graph replays back to back.",
+    "- *graph* (operators): a CUDA-graph replay of one call per input set, inputs rotated past "
+    "the L2; *do_bench*: `triton.testing.do_bench` median of the calls, host included. *pN*: "
+    "the modes measured N times in alternating order, the lower median kept.")
 
 
 def result_docs(directory: pathlib.Path = RESULTS) -> list[tuple[str, list[dict]]]:
@@ -174,13 +177,11 @@ def doc_kind(doc: dict) -> str:
 
 
 def ops_families(case: dict) -> list[str]:
-    modes = case["modes"]
-    found = ["operators"] if "stock" in modes and "overlay" in modes else []
-    if any(MODES[m].max_autotune for m in modes if m in MODES):
-        found.append("max-autotune")
-    if any(m.endswith("_freezing") for m in modes):
-        found.append("freezing")
-    return found
+    """The operator families a case has a row in: a row compares sides with its family's
+    baseline (its first pair's), so it needs that and one of those sides measured."""
+    done = {m for m, r in case["modes"].items() if r.get("status") not in ("skipped", "n/a")}
+    return [family for family, (_, pairs) in OPS_FAMILY.items()
+            if pairs[0][1] in done and done & {a for a, _ in pairs}]
 
 
 def entries(doc: dict):
@@ -202,7 +203,7 @@ def entries(doc: dict):
             if mode == "default":
                 yield ZOO_FAMILY[r["row"]], (r["model"], r["row"], r["batch"]), r
             elif mode == "freezing":
-                yield "freezing", (r["model"], r["row"], r["batch"]), r
+                yield "frozen models", (r["model"], r["row"], r["batch"]), r
             else:
                 yield "CUDA graphs", (r["model"], f"{mode} {r['row']}", r["batch"]), r
 
@@ -217,7 +218,7 @@ def newest(runs: list[dict]) -> dict[str, dict]:
 
 
 def timing(doc: dict) -> str:
-    """How a run measured, in a table cell (HOW_MEASURED says what the words mean)."""
+    """How a run measured, in a table cell (TIMERS says what the words mean)."""
     settings, command = doc.get("settings") or {}, doc["env"].get("command", "")
     if doc_kind(doc) == "cast-cache":
         return "profiler"
@@ -280,8 +281,8 @@ PER_MODEL = {
     "dynamic batch": (lambda key: key[2], lambda b: f"B = {b}: stock / overlay us", 1, False),
     "CUDA graphs": (lambda key: key[1:],
                     lambda c: f"{c[0].replace('decode_dyn', 'dynamic')} B = {c[1]}", 0, True),
-    "freezing": (lambda key: key[1:], lambda c: f"{c[0]} B = {c[1]}: stock / overlay us", 1,
-                 True),
+    "frozen models": (lambda key: key[1:],
+                      lambda c: f"{c[0]} B = {c[1]}: stock / overlay us", 1, True),
 }
 
 
@@ -347,19 +348,10 @@ def per_model_table(rows: dict, column, header, digits: int, same_code: bool) ->
                                     for model, line in cells.items()])
 
 
-def family_tables(family: str, rows: dict) -> list[str]:
+def family_table(family: str, rows: dict) -> str:
     if family == "autocast region":
-        return [region_table(rows)]
-    if family in (*ZOO_FAMILY.values(), "CUDA graphs"):
-        return [zoo_table(family, rows)]
-    by_kind: dict[str, dict] = defaultdict(dict)
-    for key, (doc, r) in rows.items():
-        by_kind[doc_kind(doc)][key] = (doc, r)
-    out = [ops_table(family, by_kind["ops"])] if by_kind["ops"] else []
-    if by_kind["zoo"]:
-        out += ["#### `transformers` architectures, both sides frozen",
-                zoo_table(family, by_kind["zoo"])]
-    return out
+        return region_table(rows)
+    return ops_table(family, rows) if family in OPS_FAMILY else zoo_table(family, rows)
 
 
 def heading(docs: list[dict]) -> str:
@@ -374,20 +366,20 @@ def heading(docs: list[dict]) -> str:
 
 def render_benchmarks(files: list[tuple[str, list[dict]]]) -> str:
     """BENCHMARKS.md: per workload family, one table per results file (GPU and release)."""
-    out = ["# Benchmarks", "",
-           "torch_overlay against stock Inductor: the newest measurement of each row, per "
-           "workload family, GPU and release. Rendered from `tools/bench_results/*.json` by "
-           "`python tools/bench.py report > BENCHMARKS.md` (a test keeps it current); "
-           "earlier measurements are in git history.", "", "## How it is measured", "",
-           HOW_MEASURED, ""]
+    out = ["# Benchmarks", "", INTRO, "", *TIMERS, ""]
     found = [(stem, newest(runs)) for stem, runs in files]
-    for family in (f for f in FAMILIES if any(f in rows for _, rows in found)):
+    for family in FAMILIES:
+        parts = [f for f in (family, INSET.get(family)) if f]
+        if not any(f in rows for _, rows in found for f in parts):
+            continue
         out += [f"## {family[0].upper() + family[1:]}", "", FAMILY_TEXT[family]]
         for _, rows in found:
-            if family not in rows:
-                continue
-            docs = list({id(d): d for d, _ in rows[family].values()}.values())
-            out += [heading(docs)] + family_tables(family, rows[family])
+            shown = [f for f in parts if f in rows]
+            docs = {id(d): d for f in shown for d, _ in rows[f].values()}
+            out += [heading(list(docs.values()))] if shown else []
+            for f in shown:
+                out += [CAPTION[f]] if f in CAPTION else []
+                out.append(family_table(f, rows[f]))
         out.append("")
     return "\n".join(out).rstrip() + "\n"
 

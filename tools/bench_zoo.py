@@ -7,7 +7,7 @@ Models from ``transformers`` config classes with the public configs' dimensions,
 random weights, fp32 parameters under bf16 autocast, ``fullgraph=True``. One process,
 every overlay enabled: *stock* has their flags patched off. Each side compiles its own
 code object cold, ``--compiles`` times, the sides alternating; both are timed in both
-orders. BENCHMARKS.md ("How it is measured", the families' notes) says what each row is.
+orders. BENCHMARKS.md (its opening, the families' notes) says what each row is.
 """
 from __future__ import annotations
 
