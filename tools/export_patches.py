@@ -102,13 +102,6 @@ class OverlayExport:
         return PATCHES / f"{self.name}.md"
 
 
-def module_files(module: str) -> tuple[str, pathlib.Path]:
-    """(upstream path, overlay file) of a new module named relative to torch._inductor."""
-    parts = module.split(".")
-    return ("torch/_inductor/" + "/".join(parts) + ".py",
-            OVERLAY_ROOT.joinpath(*parts).with_suffix(".py"))
-
-
 def templates_loaded(source: pathlib.Path, text: str) -> list[pathlib.Path]:
     """The ``templates/*.jinja`` beside ``source`` that it names (load_template("<stem>"))."""
     templates = source.parent / "templates"
@@ -143,8 +136,8 @@ def collect() -> list[OverlayExport]:
     for name in registry.with_requirements([o.name for o in torch_overlay.OVERLAYS]):
         overlay = registry.get(name)
         files: dict[str, pathlib.Path] = {}
-        for module in overlay.modules:
-            path, source = module_files(module)
+        for module, source in overlay.module_files().items():
+            path = module.replace(".", "/") + ".py"
             if not source.exists():
                 raise ExportError(f"overlay {name}: module {module} has no file {rel(source)}")
             files[path] = source
@@ -806,16 +799,11 @@ import sys
 
 
 def isolate():
-    try:
-        from torch_overlay import _registry
-    except ImportError:
-        return
-    finder = getattr(_registry, "UPSTREAM_MODULES", None)
-    if finder is None:
-        return
+    from torch_overlay._registry import UPSTREAM_MODULES as finder
+
     while finder in sys.meta_path:
         sys.meta_path.remove(finder)
-    getattr(finder, "files", {}).clear()
+    finder.files.clear()
 
 
 def pytest_configure(config):
@@ -1064,21 +1052,19 @@ def try_upstream(path: pathlib.Path) -> int:
         git(path, "worktree", "add", "-q", "--detach", str(work), head)
         try:
             print(f"series against {path} at {head[:12]}:")
-            for name in names:
-                patch = PATCHES / name
-                proc = git(work, "apply", "--check", "-v", str(patch), check=False)
-                if proc.returncode == 0:
-                    git(work, "am", "-q", str(patch))
-                    print(f"  {name}: applies")
-                    continue
-                am = git(work, "am", "-q", "--3way", str(patch), check=False)
-                if am.returncode == 0:
-                    print(f"  {name}: applies with a 3-way merge (context moved upstream)")
-                    continue
-                git(work, "am", "--abort", check=False)
-                failures += 1
-                print(f"  {name}: DOES NOT APPLY\n{_hunk_report(proc.stderr + am.stdout + am.stderr)}")
-                # later patches are tried on top of what applied so far
+            for name in names:  # each on top of what applied so far
+                patch, out = str(PATCHES / name), ""
+                for how, way in (("applies", ()), ("applies with a 3-way merge (context "
+                                                    "moved upstream)", ("--3way",))):
+                    am = git(work, "am", "-q", *way, patch, check=False)
+                    if am.returncode == 0:
+                        print(f"  {name}: {how}")
+                        break
+                    git(work, "am", "--abort", check=False)
+                    out += am.stdout + am.stderr
+                else:
+                    failures += 1
+                    print(f"  {name}: DOES NOT APPLY\n{_hunk_report(out)}")
         finally:
             git(path, "worktree", "remove", "--force", str(work), check=False)
             git(path, "worktree", "prune", check=False)
