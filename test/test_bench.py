@@ -286,9 +286,9 @@ class TestModes(TestCase):
 
         from bench_workloads import MODES
 
-        with bench.mode_context(MODES["stock_freezing"], [], False):
+        with bench.mode_context(MODES["stock_freezing"], []):
             self.assertTrue(inductor_config.freezing)
-        with bench.mode_context(MODES["stock"], [], False):
+        with bench.mode_context(MODES["stock"], []):
             self.assertFalse(inductor_config.freezing)
         self.assertFalse(inductor_config.freezing)
 
@@ -297,7 +297,7 @@ class TestModes(TestCase):
 
         with mock.patch.object(bench.torch_overlay, "enable") as enable:
             for name in ("prologue-max-autotune", "overlay"):
-                with bench.mode_context(MODES[name], overlays=["gelu_add"], force=False):
+                with bench.mode_context(MODES[name], overlays=["gelu_add"]):
                     pass
         self.assertEqual([c.args[0] for c in enable.call_args_list],
                          [["prologue_downcast"], ["gelu_add"]])

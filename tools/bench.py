@@ -164,44 +164,30 @@ def build_call(mode: Mode, case: Case) -> Callable:
     return case.step(case.fn)
 
 
-def checked_and_timed(call: Callable[[], object], error_of: Callable, tol: float,
-                      time_it: Callable[[], float], device: str) -> dict:
+def measure_mode(case, mode, input_sets, ref, tol, *, device, timer, build, overlays):
     """Compile (the first call), check against the reference, time: a wrong result is
-    never timed, and a failure is a result (one must not end the run)."""
-    try:
-        start = time.perf_counter()
-        out = call()
-        synchronize(device)
-        result = {"status": "ok", "compile_s": time.perf_counter() - start, **error_of(out)}
-        del out
-        if is_wrong(result["error"], tol):
-            result["status"] = "WRONG"
-        else:
-            result["ms"] = time_it()
-        return result
-    except Exception as e:
-        return {"status": "failed", "message": one_line(e)}
-
-
-def measure_mode(case, mode, input_sets, ref, tol, *, device, timer, build, overlays, force):
+    never timed, and a failure (entering the mode, compiling, running) is a result."""
     if not applies(mode, case):
         return {"status": "n/a"}
-
-    def time_it():
-        if timer is graph_ms:  # one replay calls every input set once
-            return graph_ms(lambda: [call(*s) for s in input_sets]) / len(input_sets)
-        return timer(rotating(call, input_sets))
     try:
-        with mode_context(mode, overlays, force):
+        with mode_context(mode, overlays):
             call = build(mode, case)
-            result = checked_and_timed(lambda: call(*input_sets[0]),
-                                       lambda out: {"error": relative_error(out, ref)}, tol,
-                                       time_it, device)
-    except Exception as e:  # entering the mode (its overlays) or building its call
+            start = time.perf_counter()
+            out = call(*input_sets[0])
+            synchronize(device)
+            seconds = time.perf_counter() - start
+            result = {"status": "ok", "compile_s": seconds if mode.compile_mode else None,
+                      "error": relative_error(out, ref)}
+            del out
+            if is_wrong(result["error"], tol):
+                result["status"] = "WRONG"
+            elif timer is graph_ms:  # one replay calls every input set once
+                result["ms"] = graph_ms(lambda: [call(*s) for s in input_sets]) / len(input_sets)
+            else:
+                result["ms"] = timer(rotating(call, input_sets))
+            return result
+    except Exception as e:
         return {"status": "failed", "message": one_line(e)}
-    if not mode.compile_mode and "compile_s" in result:  # eager: no compile
-        result["compile_s"] = None
-    return result
 
 
 def case_record(case: Case) -> dict:
@@ -210,7 +196,7 @@ def case_record(case: Case) -> dict:
 
 
 def measure_case(case: Case, modes: list[str], *, device="cuda", timer=median_ms,
-                 build=build_call, overlays=None, force=False, l2_bytes=60 << 20, passes=1,
+                 build=build_call, overlays=None, l2_bytes=60 << 20, passes=1,
                  on_mode: Callable[[str, dict, dict], None] = lambda *a: None) -> dict:
     """Every mode of one case against the fp64 reference; tolerance from eager's error.
 
@@ -230,7 +216,7 @@ def measure_case(case: Case, modes: list[str], *, device="cuda", timer=median_ms
 
     def measure(name):
         return measure_mode(case, MODES[name], input_sets, ref, tol, device=device,
-                            timer=timer, build=build, overlays=overlays, force=force)
+                            timer=timer, build=build, overlays=overlays)
     for name in modes:
         record["modes"][name] = measure(name)
         on_mode(name, record["modes"][name], record)
@@ -301,7 +287,7 @@ def run_benchmarks(plan, doc: dict, args) -> None:
         floor = floor_ms(case.flops, case.bytes, ceilings)
         try:
             record = measure_case(
-                case, modes, overlays=args.overlays, force=args.force,
+                case, modes, overlays=args.overlays,
                 timer=graph_ms if args.graph else median_ms,
                 l2_bytes=torch.cuda.get_device_properties().L2_cache_size, passes=args.passes,
                 on_mode=lambda name, r, rec: log(progress(
@@ -343,12 +329,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     add("--graph", action="store_true", help="time a CUDA-graph replay of each input set")
     add("--max-autotune", choices=("required", "all"), default="required",
         help="cases that get the max-autotune modes (default: the required sets)")
-    add("--budget-s", type=float,
+    add("--budget-s", type=float, default=DEFAULT_BUDGET_S,
         help=f"skip max-autotune after this many seconds (default {DEFAULT_BUDGET_S}); "
              "0: no limit")
     add("--overlays", type=lambda s: [n for n in s.split(",") if n],
         help="overlays of the overlay modes (default: all registered)")
-    add("--force", action="store_true", help="enable overlays despite upstream drift")
     add("--passes", type=int, default=2,
         help="measure each mode this many times, in alternating order, and keep the lowest "
              "median (max-autotune modes: once)")
@@ -373,7 +358,7 @@ def measured_run(args, argv: list[str], what: str, settings: dict, body: Callabl
         return 1
     args.out.mkdir(parents=True, exist_ok=True)
     # the overlays the overlay modes run with, said up front
-    args.overlays = overlays = probe_overlays(args.overlays, args.force)
+    args.overlays = overlays = probe_overlays(args.overlays)
     settings["do_bench_ms"] = {"warmup": WARMUP_MS, "rep": REP_MS}
     log(f"{torch.cuda.get_device_name()}: measuring the ceilings")
     doc = new_document(environment(argv, overlays), measure_ceilings(), settings)
@@ -436,10 +421,7 @@ def main(argv: list[str] | None = None) -> int:
         return bench_cast_cache.main(argv)
     if command == "report":
         return report(argv)
-    args = parse_args(argv)
-    if args.budget_s is None:
-        args.budget_s = DEFAULT_BUDGET_S
-    return main_ops(args, argv)
+    return main_ops(parse_args(argv), argv)
 
 
 if __name__ == "__main__":

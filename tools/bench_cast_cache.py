@@ -12,13 +12,14 @@ import argparse
 import contextlib
 import functools
 import pathlib
+import statistics
 import sys
 
 import torch
 
 import bench_zoo as zoo
 import torch_overlay
-from bench_common import attempt, both_orders, environment, finish, log, mean
+from bench_common import attempt, both_orders, environment, finish, log
 
 SIDES = ("stock", "overlay", "cache", "bf16", "eager")
 MICRO_BATCHES = 4
@@ -51,7 +52,8 @@ def time_sides(row: dict, calls: dict, device: str, iters: int = zoo.ITERS,
                 res["held_mib"] = counters["inductor"]["param_cast_cache_bytes"] / 2**20
     both_orders([s for s in SIDES if s in calls], measure)
     for res in row["sides"].values():
-        res["kernel_mean_us"], res["wall_mean_us"] = mean(res["kernel_us"]), mean(res["wall_us"])
+        for key in ("kernel", "wall"):
+            res[f"{key}_mean_us"] = statistics.fmean(res[f"{key}_us"])
 
 
 def compiled(fn, side: str):

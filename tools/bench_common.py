@@ -41,10 +41,6 @@ def both_orders(sides: Sequence[str], measure: Callable[[str], None]) -> None:
             measure(side)
 
 
-def mean(values) -> float:
-    return sum(values) / len(values)
-
-
 def relative_error(outputs, refs) -> float:
     """The largest ||out - ref|| / ||ref|| over the outputs; NaN or inf gives inf."""
     worst = 0.0
@@ -69,20 +65,19 @@ def synchronize(device: str) -> None:
 
 
 @contextlib.contextmanager
-def mode_context(mode: Mode, overlays: list[str] | None, force: bool, fresh: bool = True):
+def mode_context(mode: Mode, overlays: list[str] | None):
     """Each mode starts from nothing: overlays on or off as the mode says, Dynamo reset,
     and a fresh Inductor and Triton cache directory, so its compile time is a cold
-    compile and stock and overlay never share a cache entry (``fresh=False``: the
-    caller holds one for several modes of one side)."""
+    compile and stock and overlay never share a cache entry. ``TORCH_OVERLAY_FORCE=1``
+    skips an overlay that does not apply to this torch instead of failing the mode."""
     from torch._inductor.utils import fresh_cache
 
     torch_overlay.disable()
     torch._dynamo.reset()
     try:
         if mode.overlays:
-            torch_overlay.enable(list(mode.only) or overlays, force=force)
-        with fresh_cache() if fresh else contextlib.nullcontext(), \
-                torch._inductor.config.patch(freezing=mode.freezing):
+            torch_overlay.enable(list(mode.only) or overlays)
+        with fresh_cache(), torch._inductor.config.patch(freezing=mode.freezing):
             yield
     finally:
         torch_overlay.disable()
@@ -112,7 +107,7 @@ def warm_up_compiler(device: str) -> int:
     from torch._inductor.async_compile import AsyncCompile, get_compile_threads
 
     x = torch.randn(1 << 10, device=device)
-    with mode_context(MODES["stock"], None, False):
+    with mode_context(MODES["stock"], None):
         torch.compile(torch.nn.functional.gelu, dynamic=False)(x)
         synchronize(device)
     try:  # until the workers answer, Inductor compiles each kernel in this process
@@ -144,10 +139,10 @@ def environment(argv: list[str], overlays: list[str] | None) -> dict:
     }
 
 
-def probe_overlays(names: list[str] | None, force: bool) -> list[str] | None:
+def probe_overlays(names: list[str] | None) -> list[str] | None:
     """The overlays the overlay modes will run with (requirements included), said up front."""
     try:
-        enabled = torch_overlay.enable(names, force=force)
+        enabled = torch_overlay.enable(names)
     except torch_overlay.OverlayError as e:
         log(f"overlays: the overlay modes will fail: {e}")
         return names  # each overlay mode then fails with this reason

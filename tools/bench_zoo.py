@@ -19,6 +19,7 @@ import functools
 import gc
 import itertools
 import pathlib
+import statistics
 import sys
 import time
 import zlib
@@ -28,7 +29,7 @@ from unittest import mock
 import torch
 
 import torch_overlay
-from bench_common import (attempt, both_orders, environment, finish, gpu_available, log, mean,
+from bench_common import (attempt, both_orders, environment, finish, gpu_available, log,
                           one_line, probe_overlays, relative_error, warm_up_compiler)
 from bench_report import GRAPH_MODES, write_json
 
@@ -311,7 +312,7 @@ def time_sides(entries: dict, runner: Callable, timer: Callable, compiles: int) 
     both_orders(("stock", "overlay"), measure)
     for b, e in entries.items():
         for side, res in e["sides"].items():
-            means = [mean(times[side, c, b]) for c in range(compiles)]
+            means = [statistics.fmean(times[side, c, b]) for c in range(compiles)]
             best = min(range(compiles), key=means.__getitem__)
             res["us"], res["mean_us"] = times[side, best, b], means[best]
             if compiles > 1:
@@ -436,7 +437,7 @@ def run(args, argv) -> int:
 
     args.out.mkdir(parents=True, exist_ok=True)
     workers = warm_up_compiler("cuda")  # before enabling: it disables the overlays when done
-    overlays = probe_overlays(None, False)
+    overlays = probe_overlays(None)
     try:
         torch_overlay.enable()
     except torch_overlay.OverlayError as e:  # then both sides are stock Inductor
@@ -477,10 +478,9 @@ def run(args, argv) -> int:
                 if "sides" not in e:
                     continue
                 s, o = e["sides"]["stock"], e["sides"]["overlay"]
-                log(f"    B={e['batch']}: stock {s['mean_us']:.1f} us, overlay "
-                    f"{o['mean_us']:.1f} us, {e['ratio']:.2f}x; err {s['err']:.1e} / "
-                    f"{o['err']:.1e}; compile {s.get('compile_s', 0):.1f} / "
-                    f"{o.get('compile_s', 0):.1f} s; overlay counters {o.get('counters')}")
+                log(f"    B={e['batch']}: stock / overlay {s['mean_us']:.1f} / "
+                    f"{o['mean_us']:.1f} us ({e['ratio']:.2f}x), err {s['err']:.1e} / "
+                    f"{o['err']:.1e}; overlay counters {o.get('counters')}")
         if last[name] == i:
             models.pop(name, None)
         gc.collect()
