@@ -28,13 +28,9 @@ def is_wrong(error: float, tol: float) -> bool:
     return not error <= tol  # NaN never passes
 
 
-def is_ok(result: dict | None) -> bool:
-    return bool(result) and result.get("status") == "ok" and bool(result.get("ms"))
-
-
 def speedup(baseline: dict | None, result: dict | None) -> float | None:
     """How many times faster ``result`` is than ``baseline``; None unless both are ok."""
-    if not (is_ok(baseline) and is_ok(result)):
+    if not all(r and r.get("status") == "ok" and r.get("ms") for r in (baseline, result)):
         return None
     return baseline["ms"] / result["ms"]
 
