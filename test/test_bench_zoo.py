@@ -75,16 +75,6 @@ class TestZooCommand(TestCase):
         self.assertEqual(planned, {(s.name, r) for s in zoo.SPECS.values() for r in s.rows()})
         self.assertEqual(len(zoo.ORDER), len(planned))
 
-    def test_index_as_aten_matches_indexing(self):
-        t = torch.randn(3, 4, 5, 6)
-        idx = torch.tensor([2, 0])
-        for index in [(slice(None), slice(None, 1)), (Ellipsis, slice(None, 3)), 0, (0, 1),
-                      (None, Ellipsis, None), (slice(1, None), None, 2), (Ellipsis, 1), idx,
-                      (slice(None), idx, slice(1, 3)), (1, slice(None), idx),
-                      (slice(None, None, 2), -1), (slice(-2, None),), (idx, slice(None), idx)]:
-            with self.subTest(index=index):
-                self.assertEqual(zoo.index_as_aten(t, index), t[index], atol=0, rtol=0)
-
 
 @needs_transformers
 class TestZooModels(TestCase):

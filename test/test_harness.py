@@ -9,6 +9,7 @@ from torch.testing import FileCheck
 from torch.testing._internal.common_utils import instantiate_parametrized_tests, parametrize
 
 from torch_overlay.testing import GPU_PROFILES, get_code, get_profile, has_real_gpu
+from torch_overlay.testing.fake_cuda import index_as_aten
 from torch_overlay.testing.golden import normalize
 
 HAS_CUDA = torch.cuda.is_available()
@@ -93,6 +94,17 @@ class TestHarness(TestCase):
         if not HAS_CUDA:
             with self.assertRaises((RuntimeError, AssertionError)):
                 torch.empty(1, device="cuda")
+
+    def test_index_as_aten_matches_indexing(self):
+        """fake_cuda_tensor_methods' indexing of a CUDA tensor, checked on the CPU."""
+        t = torch.randn(3, 4, 5, 6)
+        idx = torch.tensor([2, 0])
+        for index in [(slice(None), slice(None, 1)), (Ellipsis, slice(None, 3)), 0, (0, 1),
+                      (None, Ellipsis, None), (slice(1, None), None, 2), (Ellipsis, 1), idx,
+                      (slice(None), idx, slice(1, 3)), (1, slice(None), idx),
+                      (slice(None, None, 2), -1), (slice(-2, None),), (idx, slice(None), idx)]:
+            with self.subTest(index=index):
+                self.assertEqual(index_as_aten(t, index), t[index], atol=0, rtol=0)
 
     @unittest.skipUnless(HAS_CUDA and has_real_gpu("h200"), "needs a real H200")
     def test_h200_profile_matches_device(self):

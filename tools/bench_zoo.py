@@ -493,55 +493,6 @@ def run(args, argv) -> int:
 
 # -- code generation without a GPU ----------------------------------------------------
 
-def index_as_aten(self, index):
-    """``self[index]`` as aten view and index ops (basic and integer-tensor indexing)."""
-    index = index if isinstance(index, tuple) else (index,)
-    if any(i is Ellipsis for i in index):
-        k = next(n for n, i in enumerate(index) if i is Ellipsis)
-        used = sum(1 for i in index if i is not None and i is not Ellipsis)
-        index = index[:k] + (slice(None),) * (self.dim() - used) + index[k + 1:]
-    out, dim, tensors = self, 0, []
-    for i in index:
-        if isinstance(i, torch.Tensor) and i.dtype == torch.bool:
-            raise NotImplementedError("boolean indexing of a faked CUDA tensor")
-        if i is None:
-            out = out.unsqueeze(dim)
-        elif isinstance(i, slice) and i != slice(None):
-            out = torch.ops.aten.slice.Tensor(out, dim, i.start, i.stop, i.step or 1)
-        elif not isinstance(i, (slice, torch.Tensor)):  # an integer: the dim goes
-            out = torch.ops.aten.select.int(out, dim, i)
-            continue
-        tensors.append(i if isinstance(i, torch.Tensor) else None)
-        dim += 1
-    while tensors and tensors[-1] is None:
-        tensors.pop()
-    return torch.ops.aten.index.Tensor(out, tensors) if tensors else out
-
-
-@contextlib.contextmanager
-def fake_cuda_methods():
-    """Tensor methods (and ``torch.tensor``) whose C++ binding asks the CUDA driver for the
-    current device (which the GPU-free harness's faked H200 has not), done in Python for
-    CUDA tensors."""
-    getitem, contiguous, tensor = torch.Tensor.__getitem__, torch.Tensor.contiguous, torch.tensor
-
-    def _getitem(self, index):
-        return (index_as_aten if self.device.type == "cuda" else getitem)(self, index)
-
-    def _contiguous(self, memory_format=torch.contiguous_format):
-        if self.device.type != "cuda" or self.is_contiguous(memory_format=memory_format):
-            return contiguous(self, memory_format=memory_format)
-        return torch.ops.aten.clone.default(self, memory_format=memory_format)
-    def _tensor(data, *, device=None, **kw):  # an empty DynamicCache layer's first tensor
-        if isinstance(data, list) and not data and torch.device(device or "cpu").type == "cuda":
-            return torch.empty(0, device=device, **kw)
-        return tensor(data, device=device, **kw)
-    with mock.patch.object(torch.Tensor, "__getitem__", _getitem), \
-            mock.patch.object(torch.Tensor, "contiguous", _contiguous), \
-            mock.patch.object(torch, "tensor", _tensor):
-        yield
-
-
 def compile_only(names, rows=("decode1", "batch8")) -> list[dict]:
     """Tiny configs (1 layer, hidden 64) compiled for the H200 through the GPU-free harness,
     overlays on: the counters of the overlay paths that fired. No train row: backward code
@@ -549,6 +500,7 @@ def compile_only(names, rows=("decode1", "batch8")) -> list[dict]:
     from torch._dynamo.utils import counters
 
     from torch_overlay.testing import get_code
+    from torch_overlay.testing.fake_cuda import fake_cuda_tensor_methods
 
     enabled = torch_overlay.enable()
     results = []
@@ -565,8 +517,9 @@ def compile_only(names, rows=("decode1", "batch8")) -> list[dict]:
             try:
                 torch._dynamo.reset()
                 before, start = dict(counters["inductor"]), time.perf_counter()
-                with fake_cuda_methods(), side_config("overlay"), torch._inductor.config.patch(
-                        joint_graph_constant_folding=False, shape_padding=False):
+                with fake_cuda_tensor_methods(), side_config("overlay"), \
+                        torch._inductor.config.patch(joint_graph_constant_folding=False,
+                                                     shape_padding=False):
                     code = get_code(torch.compile(step, fullgraph=True), model, *inputs,
                                     force_fake=True)
                 res.update(status="ok", seconds=time.perf_counter() - start,

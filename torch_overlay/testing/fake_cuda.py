@@ -216,3 +216,55 @@ def fake_cuda(profile: GPUProfile) -> Iterator[None]:
 
         DeviceProperties.create.cache_clear() if hasattr(DeviceProperties.create, "cache_clear") else None
         yield
+
+
+def index_as_aten(self: torch.Tensor, index) -> torch.Tensor:
+    """``self[index]`` as aten view and index ops (basic and integer-tensor indexing)."""
+    index = index if isinstance(index, tuple) else (index,)
+    if any(i is Ellipsis for i in index):
+        k = next(n for n, i in enumerate(index) if i is Ellipsis)
+        used = sum(1 for i in index if i is not None and i is not Ellipsis)
+        index = index[:k] + (slice(None),) * (self.dim() - used) + index[k + 1:]
+    out, dim, tensors = self, 0, []
+    for i in index:
+        if isinstance(i, torch.Tensor) and i.dtype == torch.bool:
+            raise NotImplementedError("boolean indexing of a faked CUDA tensor")
+        if i is None:
+            out = out.unsqueeze(dim)
+        elif isinstance(i, slice) and i != slice(None):
+            out = torch.ops.aten.slice.Tensor(out, dim, i.start, i.stop, i.step or 1)
+        elif not isinstance(i, (slice, torch.Tensor)):  # an integer: the dim goes
+            out = torch.ops.aten.select.int(out, dim, i)
+            continue
+        tensors.append(i if isinstance(i, torch.Tensor) else None)
+        dim += 1
+    while tensors and tensors[-1] is None:
+        tensors.pop()
+    return torch.ops.aten.index.Tensor(out, tensors) if tensors else out
+
+
+@contextlib.contextmanager
+def fake_cuda_tensor_methods() -> Iterator[None]:
+    """Tensor methods (and ``torch.tensor``) whose C++ binding asks the CUDA driver for
+    the current device, done in Python for CUDA tensors: what a whole model's forward
+    (transformers' indexing, ``.contiguous()``, an empty KV cache's first tensor) needs
+    on a faked GPU, beyond ``fake_cuda``. Opt-in: every tensor's indexing goes through it."""
+    getitem, contiguous, tensor = torch.Tensor.__getitem__, torch.Tensor.contiguous, torch.tensor
+
+    def _getitem(self, index):
+        return (index_as_aten if self.device.type == "cuda" else getitem)(self, index)
+
+    def _contiguous(self, memory_format=torch.contiguous_format):
+        if self.device.type != "cuda" or self.is_contiguous(memory_format=memory_format):
+            return contiguous(self, memory_format=memory_format)
+        return torch.ops.aten.clone.default(self, memory_format=memory_format)
+
+    def _tensor(data, *, device=None, **kw):
+        if isinstance(data, list) and not data and torch.device(device or "cpu").type == "cuda":
+            return torch.empty(0, device=device, **kw)
+        return tensor(data, device=device, **kw)
+
+    with mock.patch.object(torch.Tensor, "__getitem__", _getitem), \
+            mock.patch.object(torch.Tensor, "contiguous", _contiguous), \
+            mock.patch.object(torch, "tensor", _tensor):
+        yield
