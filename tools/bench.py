@@ -35,8 +35,8 @@ from bench_common import (  # noqa: E402
     REP_MS, WARMUP_MS, environment, finish, gpu_available, log, median_ms, mode_context,
     one_line, probe_overlays, relative_error, synchronize, warm_up_compiler)
 from bench_report import (  # noqa: E402
-    floor_ms, is_wrong, new_document, read_json, render_benchmarks, result_docs, tolerance,
-    upsert, write_json)
+    is_wrong, new_document, read_json, render_benchmarks, result_docs, tolerance, upsert,
+    write_json)
 from bench_workloads import (  # noqa: E402
     DEFAULT_MODES, MODES, WORKLOADS, Case, Mode, all_cases, io_bytes)
 
@@ -73,18 +73,6 @@ def graph_ms(fn: Callable[[], object]) -> float:
     except Exception as e:  # a diagnostic column only
         log(f"  (no CUDA graph timing: {one_line(e)[:100]})")
         return math.nan
-
-
-def measure_ceilings(device: str = "cuda") -> dict:
-    """Device copy bandwidth (bytes read + written) and the bf16 cuBLAS rate, on random data."""
-    src = torch.randn(1 << 28, device=device)  # 1 GiB, far past the L2
-    dst = torch.empty_like(src)
-    copy_ms = median_ms(lambda: dst.copy_(src))
-    n = 8192
-    a, b = (torch.randn(n, n, device=device, dtype=torch.bfloat16) for _ in range(2))
-    mm_ms = median_ms(lambda: torch.mm(a, b))
-    return {"copy_GBps": 2 * src.nbytes / copy_ms / 1e6, "bf16_mm_TFLOPs": 2 * n**3 / mm_ms / 1e9,
-            "mm_shape": f"{n}x{n}x{n}"}
 
 
 def n_input_sets(set_bytes: int, l2_bytes: int) -> int:
@@ -253,12 +241,11 @@ def unmeasured(case: Case, modes: list[str], result: dict) -> dict:
     return {**case_record(case), "modes": {m: dict(result) for m in modes}}
 
 
-def progress(label: str, res: dict, tol: float, floor: float | None = None) -> str:
+def progress(label: str, res: dict, tol: float) -> str:
     """One measurement as the run's log shows it (the JSON has the rest)."""
     status = res["status"]
     if status == "ok":
-        of_floor = f"  {100 * floor / res['ms']:3.0f}% of floor" if floor else ""
-        text = f"{res['ms']:.4f} ms{of_floor}  err {res['error']:.1e}"
+        text = f"{res['ms']:.4f} ms  err {res['error']:.1e}"
     elif status == "WRONG":
         text = f"WRONG: error {res['error']:.1e} > tolerance {tol:.1e}"
     else:
@@ -272,7 +259,6 @@ def progress(label: str, res: dict, tol: float, floor: float | None = None) -> s
 
 def run_benchmarks(plan, doc: dict, args) -> None:
     json_path = args.out / "bench.json"
-    ceilings = doc["ceilings"]
     start = time.perf_counter()
     for i, (case, modes) in enumerate(plan, 1):
         elapsed = time.perf_counter() - start
@@ -284,14 +270,13 @@ def run_benchmarks(plan, doc: dict, args) -> None:
             continue
         log(f"[{i}/{len(plan)} {elapsed:4.0f} s] {case.id} ({case.flops / 1e9:.3g} GFLOP, "
             f"{case.bytes / 1e6:.1f} MB): {', '.join(modes)}")
-        floor = floor_ms(case.flops, case.bytes, ceilings)
         try:
             record = measure_case(
                 case, modes, overlays=args.overlays,
                 timer=graph_ms if args.graph else median_ms,
                 l2_bytes=torch.cuda.get_device_properties().L2_cache_size, passes=args.passes,
                 on_mode=lambda name, r, rec: log(progress(
-                    f"{MODES[name].short:>11}", r, rec["tolerance"], floor)))
+                    f"{MODES[name].short:>11}", r, rec["tolerance"])))
         except Exception as e:  # the case's inputs or reference failed (out of memory, ...)
             log(f"    failed: {one_line(e)}")
             record = unmeasured(case, modes, {"status": "failed", "message": one_line(e)})
@@ -344,8 +329,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def measured_run(args, argv: list[str], what: str, settings: dict, body: Callable) -> int:
-    """``body(doc)`` on a run's document, with its ceilings and the compile workers
-    started, then its JSON and tables written; or the exit status when it cannot start."""
+    """``body(doc)`` on a run's document, with the compile workers started, then its
+    JSON and tables written; or the exit status when it cannot start."""
     known = torch_overlay.load_overlays()
     unknown = [n for n in args.overlays or [] if n not in known]
     if unknown:
@@ -360,11 +345,7 @@ def measured_run(args, argv: list[str], what: str, settings: dict, body: Callabl
     # the overlays the overlay modes run with, said up front
     args.overlays = overlays = probe_overlays(args.overlays)
     settings["do_bench_ms"] = {"warmup": WARMUP_MS, "rep": REP_MS}
-    log(f"{torch.cuda.get_device_name()}: measuring the ceilings")
-    doc = new_document(environment(argv, overlays), measure_ceilings(), settings)
-    c = doc["ceilings"]
-    log(f"device copy {c['copy_GBps'] / 1e3:.2f} TB/s, "
-        f"bf16 cuBLAS {c['bf16_mm_TFLOPs']:.0f} TFLOP/s")
+    doc = new_document(environment(argv, overlays), settings)
     doc["env"]["compile_workers"] = warm_up_compiler("cuda")
     start = time.perf_counter()
     try:

@@ -35,16 +35,10 @@ def speedup(baseline: dict | None, result: dict | None) -> float | None:
     return baseline["ms"] / result["ms"]
 
 
-def floor_ms(flops: float, nbytes: float, ceilings: dict) -> float:
-    """The fastest any version could run: its arithmetic or its bytes at the ceilings."""
-    return max(flops / ceilings["bf16_mm_TFLOPs"] / 1e9, nbytes / ceilings["copy_GBps"] / 1e6)
-
-
 # -- the results document ---------------------------------------------------------
 
-def new_document(env: dict, ceilings: dict | None, settings: dict) -> dict:
-    return {"schema": 1, "env": env, "ceilings": ceilings, "settings": settings,
-            "results": []}
+def new_document(env: dict, settings: dict) -> dict:
+    return {"schema": 1, "env": env, "settings": settings, "results": []}
 
 
 def upsert(doc: dict, case_result: dict) -> dict:
