@@ -4,7 +4,6 @@
     python tools/export_patches.py               # write patches/ (series, pin)
     python tools/export_patches.py --check       # CI: not stale, applies, compiles, fit for
                                                  # upstream, tests pass patched, fail pristine
-    python tools/export_patches.py --upstream PATH   # try the series on a pytorch checkout
     python tools/export_patches.py --show torch/_inductor/kernel/mm_tensorcore.py --after 5
     python tools/export_patches.py --rebase-parts [FILE ...]   # rewrite series/ from FILE
 
@@ -1036,41 +1035,6 @@ def _failures(result: RunResult) -> str:
             + f"\npytest: {result.summary}\n" + result.output)
 
 
-# -- --upstream ----------------------------------------------------------------
-
-def try_upstream(path: pathlib.Path) -> int:
-    path = path.resolve()
-    if git(path, "rev-parse", "--git-dir", check=False).returncode != 0:
-        print(f"{path} is not a git checkout", file=sys.stderr)
-        return 2
-    head = git(path, "rev-parse", "HEAD").stdout.strip()
-    names = (PATCHES / "series").read_text().split()
-    failures = 0
-    with tempfile.TemporaryDirectory(prefix="export_upstream_") as tmp:
-        work = pathlib.Path(tmp) / "wt"
-        # a detached scratch worktree: the user's checkout and branches are not touched
-        git(path, "worktree", "add", "-q", "--detach", str(work), head)
-        try:
-            print(f"series against {path} at {head[:12]}:")
-            for name in names:  # each on top of what applied so far
-                patch, out = str(PATCHES / name), ""
-                for how, way in (("applies", ()), ("applies with a 3-way merge (context "
-                                                    "moved upstream)", ("--3way",))):
-                    am = git(work, "am", "-q", *way, patch, check=False)
-                    if am.returncode == 0:
-                        print(f"  {name}: {how}")
-                        break
-                    git(work, "am", "--abort", check=False)
-                    out += am.stdout + am.stderr
-                else:
-                    failures += 1
-                    print(f"  {name}: DOES NOT APPLY\n{_hunk_report(out)}")
-        finally:
-            git(path, "worktree", "remove", "--force", str(work), check=False)
-            git(path, "worktree", "prune", check=False)
-    return 1 if failures else 0
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add = parser.add_argument
@@ -1083,8 +1047,6 @@ def main(argv: list[str] | None = None) -> int:
         help="with --check: passed to the pytest runs (e.g. -n=12 on the GPU)")
     add("--no-stale-step", action="store_true", help="with --check: no staleness step (no .git)")
     add("--no-style-step", action="store_true", help="with --check: no formatter, lint (no ruff)")
-    add("--upstream", type=pathlib.Path, metavar="PATH",
-        help="report how the series applies to a pytorch checkout (left untouched)")
     add("--show", metavar="PATH", help="print a file as it stands after a patch (--after)")
     add("--after", metavar="PATCH", help="with --show: a patch's number, overlay or part name")
     add("--rebase-parts", nargs="*", metavar="FILE",
@@ -1114,8 +1076,6 @@ def main(argv: list[str] | None = None) -> int:
                          pytest_args=args.pytest_arg,
                          stale_step=not args.no_stale_step,
                          style_step=not args.no_style_step)
-        if args.upstream:
-            return try_upstream(args.upstream)
         require_pinned_torch()
         with tempfile.TemporaryDirectory(prefix="export_") as tmp:
             names = build_series(PATCHES, pathlib.Path(tmp))
