@@ -1,4 +1,4 @@
-"""tools/bench.py's own logic, without a GPU: accounting, ratios, flagging, output.
+"""tools/bench.py's own logic, without a GPU: cases, ratios, flagging, output.
 
     pytest test/test_bench.py        or        python test/test_bench.py
 """
@@ -24,7 +24,7 @@ sys.path.insert(0, str(REPO / "tools"))
 
 import bench  # noqa: E402
 import bench_report as report  # noqa: E402
-from bench_workloads import all_cases, io_bytes  # noqa: E402
+from bench_workloads import all_cases  # noqa: E402
 
 def meta_rand(shape, dtype, scale=1.0):
     """Shape-only inputs: no memory, no data."""
@@ -42,7 +42,6 @@ def mode(status="ok", ms=None, **extra):
 def linear_record(M, modes, N=4096, K=4096):
     record = {"id": f"linear/{M}x{N}x{K}", "workload": "linear", "label": f"{M}x{N}x{K}",
               "params": {"M": M, "N": N, "K": K}, "dtype": "torch.bfloat16",
-              "flops": 2 * M * N * K, "bytes": 4 * M * K + 4 * N * K + 2 * M * N,
               "eager_error": 2.9e-3, "tolerance": 1.2e-2, "modes": modes}
     return record
 
@@ -63,35 +62,9 @@ def sample_document():
     return doc
 
 
-class TestAccounting(TestCase):
-    def test_linear_counts(self):
-        c = case_by_id("linear/16x4096x4096")
-        self.assertEqual(c.flops, 2 * 16 * 4096 * 4096)
-        # fp32 x and w read once, bf16 output written once
-        self.assertEqual(c.bytes, 4 * 16 * 4096 + 4 * 4096 * 4096 + 2 * 16 * 4096)
-
-    def test_gelu_linear_counts(self):
-        bf16 = case_by_id("gelu_linear/bf16 tanh 8192x4096x1024")
-        M, N, K = 8192, 4096, 1024
-        self.assertEqual(bf16.flops, 2 * M * N * K)
-        self.assertEqual(bf16.bytes, 2 * (M * K + N * K + N + M * N + M * N))
-        autocast = case_by_id("gelu_linear/autocast none 8192x4096x1024")
-        self.assertEqual(autocast.bytes, 2 * bf16.bytes)  # fp32 in, fp32 out
-
-    def test_pointwise_and_mlp_counts(self):
-        pw = case_by_id("pointwise/bfloat16 tanh 64M")
-        self.assertEqual((pw.flops, pw.bytes), (0, 3 * 2 * (1 << 26)))
-        T, H, F = 8192, 1024, 4096
-        fwd, train = case_by_id(f"mlp/fwd {T}x{H}x{F}"), case_by_id(f"mlp/fwd+bwd {T}x{H}x{F}")
-        self.assertEqual(fwd.flops, 4 * T * H * F)
-        self.assertEqual(train.flops, 12 * T * H * F)
-        params = 4 * (2 * H * F + F + H)
-        self.assertEqual(fwd.bytes, 4 * T * H * 2 + params)
-        # x, params and grad_out read; out and a gradient per input written
-        self.assertEqual(train.bytes, 4 * T * H * 4 + 2 * params)
-
-    def test_declared_bytes_match_inputs_and_outputs(self):
-        """Run every case's eager step on shape-only tensors and count what moves."""
+class TestCases(TestCase):
+    def test_every_case_runs_eagerly(self):
+        """Every case's eager step on shape-only tensors: its inputs fit its function."""
         from torch_overlay.testing import cuda_mode
 
         with cuda_mode("h200", force_fake=True) as to_cuda:
@@ -100,13 +73,13 @@ class TestAccounting(TestCase):
                     continue  # the faked GPU refuses autograd; checked below on meta
                 with self.subTest(case=case.id):
                     inputs = tuple(to_cuda(t) for t in case.make_inputs(meta_rand))
-                    outputs = case.step(case.fn)(*inputs)
-                    self.assertEqual(io_bytes(inputs, outputs), case.bytes)
+                    self.assertEqual(len(case.step(case.fn)(*inputs)), 1)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # autocast on meta: off, dtypes are fp32 anyway
             for case in (c for c in all_cases(["mlp"]) if c.train):
                 inputs = case.make_inputs(meta_rand)
-                self.assertEqual(io_bytes(inputs, case.step(case.fn)(*inputs)), case.bytes)
+                # the output and a gradient per input but grad_out
+                self.assertEqual(len(case.step(case.fn)(*inputs)), len(inputs))
 
     def test_reference_is_fp64_under_autocast(self):
         from torch_overlay.testing import cuda_mode
@@ -116,13 +89,6 @@ class TestAccounting(TestCase):
             inputs = tuple(to_cuda(t) for t in case.make_inputs(meta_rand))
             self.assertEqual(case.step(case.fn)(*inputs)[0].dtype, torch.bfloat16)
             self.assertEqual(bench.reference_outputs(case, inputs)[0].dtype, torch.float64)
-
-    def test_check_accounting_refuses_a_wrong_declaration(self):
-        case = case_by_id("pointwise/float32 tanh 1M")
-        inputs = case.make_inputs(meta_rand)
-        bench.check_accounting(case, inputs, case.step(case.fn)(*inputs))
-        with self.assertRaisesRegex(AssertionError, "declares"):
-            bench.check_accounting(case, inputs[:1], case.step(case.fn)(*inputs))
 
     def test_input_rotation(self):
         l2 = 60 << 20

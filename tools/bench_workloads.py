@@ -1,14 +1,12 @@
 """What tools/bench.py measures: the workloads, their shapes, and the modes they run in.
 
-Each ``Case`` is one workload at one shape: the eager function, how to draw its
-random inputs, and its two numbers counted before any run (the FLOPs of its matrix
-products, and its fewest bytes: each input read once, each output written once).
+Each ``Case`` is one workload at one shape: the eager function and how to draw its
+random inputs.
 """
 from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 from typing import Callable, Iterator
 
 import torch
@@ -66,8 +64,6 @@ class Case:
     label: str  # shape and variant, e.g. "bf16 tanh 4096x4096x4096"
     params: dict
     dtype: torch.dtype  # precision of the arithmetic: sets the error tolerance
-    flops: int  # of the matrix products; 0 for pointwise work
-    bytes: int  # fewest bytes: inputs read once, outputs written once
     make_inputs: Callable[[Rand], tuple[torch.Tensor, ...]]
     fn: Callable[..., torch.Tensor]
     train: bool = False  # the step is forward + backward; the last input is grad_out
@@ -93,15 +89,6 @@ def train_step(f, *inputs):
     *args, grad_out = inputs
     out = f(*args)
     return (out.detach(), *torch.autograd.grad(out, args, grad_out))
-
-
-def nbytes(dtype: torch.dtype, *shapes: tuple[int, ...]) -> int:
-    return sum(math.prod(s) for s in shapes) * dtype.itemsize
-
-
-def io_bytes(*tensor_groups) -> int:
-    """Bytes of the tensors given: what the declared ``Case.bytes`` must equal."""
-    return sum(t.nbytes for group in tensor_groups for t in group)
 
 
 # -- the eager functions ----------------------------------------------------------
@@ -159,8 +146,6 @@ def linear_cases(shapes=None) -> Iterator[Case]:
     for M, N, K in shapes or TENSORCORE_MM_SHAPES + LLM_SHAPES + BATCHED_SHAPES:
         yield Case(
             "linear", f"{M}x{N}x{K}", dict(M=M, N=N, K=K), BF16,
-            flops=2 * M * N * K,
-            bytes=nbytes(FP32, (M, K), (N, K)) + nbytes(BF16, (M, N)),
             make_inputs=lambda rand, M=M, N=N, K=K: (
                 rand((M, K), FP32), rand((N, K), FP32, K ** -0.5)),
             fn=autocast_bf16(linear),
@@ -173,8 +158,6 @@ def bmm_cases() -> Iterator[Case]:
     for B, M, N, K in BMM_SHAPES:
         yield Case(
             "bmm", f"{B}x{M}x{N}x{K}", dict(B=B, M=M, N=N, K=K), BF16,
-            flops=2 * B * M * N * K,
-            bytes=nbytes(FP32, (B, M, K), (B, N, K)) + nbytes(BF16, (B, M, N)),
             make_inputs=lambda rand, B=B, M=M, N=N, K=K: (
                 rand((B, M, K), FP32), rand((B, N, K), FP32, K ** -0.5)),
             fn=autocast_bf16(bmm),
@@ -192,8 +175,6 @@ def gelu_linear_cases(shapes=None) -> Iterator[Case]:
                 yield Case(
                     "gelu_linear", f"{variant} {approximate} {M}x{N}x{K}",
                     dict(M=M, N=N, K=K, variant=variant, approximate=approximate), BF16,
-                    flops=2 * M * N * K,
-                    bytes=nbytes(in_dtype, (M, K), (N, K), (N,), (M, N), (M, N)),
                     make_inputs=lambda rand, M=M, N=N, K=K, dt=in_dtype: (
                         rand((M, K), dt), rand((N, K), dt, K ** -0.5),
                         rand((N,), dt, 0.1), rand((M, N), dt)),
@@ -210,8 +191,6 @@ def pointwise_cases() -> Iterator[Case]:
                 yield Case(
                     "pointwise", f"{str(dtype).removeprefix('torch.')} {approximate} {size}",
                     dict(n=n, dtype=str(dtype), approximate=approximate), dtype,
-                    flops=0,
-                    bytes=nbytes(dtype, (n,), (n,), (n,)),
                     make_inputs=lambda rand, n=n, dt=dtype: (rand((n,), dt), rand((n,), dt)),
                     fn=functools.partial(gelu_add, approximate=approximate),
                 )
@@ -220,16 +199,9 @@ def pointwise_cases() -> Iterator[Case]:
 def mlp_cases() -> Iterator[Case]:
     for train in (False, True):
         for T, H, Fd in MLP_SHAPES:
-            param_shapes = ((Fd, H), (Fd,), (H, Fd), (H,))
-            # forward + backward: three products per linear instead of one
-            flops = (3 if train else 1) * 2 * (2 * T * H * Fd)
-            step_bytes = nbytes(FP32, (T, H), *param_shapes, (T, H))  # x, params, out
             yield Case(
                 "mlp", f"{'fwd+bwd' if train else 'fwd'} {T}x{H}x{Fd}",
                 dict(tokens=T, hidden=H, ffn=Fd, train=train), BF16,
-                flops=flops,
-                # training also reads grad_out and writes a gradient per input
-                bytes=2 * step_bytes if train else step_bytes,
                 make_inputs=functools.partial(mlp_inputs, T=T, H=H, Fd=Fd, train=train),
                 fn=autocast_bf16(mlp_block),
                 train=train,
