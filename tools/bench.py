@@ -317,34 +317,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def measured_run(args, argv: list[str], what: str, settings: dict, body: Callable) -> int:
-    """``body(doc)`` on a run's document, with the compile workers started, then its
-    JSON and tables written; or the exit status when it cannot start."""
-    known = torch_overlay.load_overlays()
-    unknown = [n for n in args.overlays or [] if n not in known]
-    if unknown:
-        print(f"bench.py: unknown overlay {', '.join(unknown)}; registered: "
-              f"{', '.join(known) or 'none'}", file=sys.stderr)
-        return 2
-    if not gpu_available():
-        print(f"bench.py: no CUDA GPU here; {what} needs one (--list and report run without)",
-              file=sys.stderr)
-        return 1
-    args.out.mkdir(parents=True, exist_ok=True)
-    # the overlays the overlay modes run with, said up front
-    args.overlays = overlays = probe_overlays(args.overlays)
-    settings["do_bench_ms"] = {"warmup": WARMUP_MS, "rep": REP_MS}
-    doc = new_document(environment(argv, overlays), settings)
-    doc["env"]["compile_workers"] = warm_up_compiler("cuda")
-    start = time.perf_counter()
-    try:
-        body(doc)
-    finally:
-        doc["wall_s"] = time.perf_counter() - start
-        finish(doc, args.out / "bench.json")
-    return 0
-
-
 def main_ops(args, argv: list[str]) -> int:
     cases = all_cases(args.workloads, args.mnk)
     if args.quick and not args.shapes:
@@ -360,14 +332,33 @@ def main_ops(args, argv: list[str]) -> int:
     if not cases:
         print("bench.py: no case matches the selection (see --list)", file=sys.stderr)
         return 2
+    known = torch_overlay.load_overlays()
+    unknown = [n for n in args.overlays or [] if n not in known]
+    if unknown:
+        print(f"bench.py: unknown overlay {', '.join(unknown)}; registered: "
+              f"{', '.join(known) or 'none'}", file=sys.stderr)
+        return 2
+    if not gpu_available():
+        print("bench.py: no CUDA GPU here; ops needs one (--list and report run without)",
+              file=sys.stderr)
+        return 1
+    args.out.mkdir(parents=True, exist_ok=True)
+    # the overlays the overlay modes run with, said up front
+    args.overlays = probe_overlays(args.overlays)
     settings = {"modes": modes, "max_autotune": args.max_autotune, "budget_s": args.budget_s,
-                "timer": "CUDA-graph replay" if args.graph else "do_bench"}
+                "timer": "CUDA-graph replay" if args.graph else "do_bench",
+                "do_bench_ms": {"warmup": WARMUP_MS, "rep": REP_MS}}
+    doc = new_document(environment(argv, args.overlays), settings)
+    doc["env"]["compile_workers"] = warm_up_compiler("cuda")
     plan = make_plan(cases, modes, args.max_autotune)
-
-    def run(doc):
-        log(f"plan: {len(plan)} steps over {len(cases)} cases; modes {', '.join(modes)}")
+    log(f"plan: {len(plan)} steps over {len(cases)} cases; modes {', '.join(modes)}")
+    start = time.perf_counter()
+    try:
         run_benchmarks(plan, doc, args)
-    return measured_run(args, argv, "ops", settings, run)
+    finally:
+        doc["wall_s"] = time.perf_counter() - start
+        finish(doc, args.out / "bench.json")
+    return 0
 
 
 def report(paths: list[str]) -> int:

@@ -238,25 +238,21 @@ def us(result: dict | None) -> str:
     return f"{1000 * result['ms']:.1f}"
 
 
-def modes_table(keys: list[str], rows: list[tuple], modes: list[str], pairs: list) -> str:
-    """Per (doc, key cells, row): each mode's time, each (faster, baseline) ratio, the date."""
-    headers = (keys + [MODES[m].short + " us" for m in modes]
-               + [f"{MODES[a].short} / {MODES[b].short}" for a, b in pairs] + ["measured"])
-    body = [cells + [us(r["modes"].get(m)) for m in modes]
-            + [ratio(speedup(r["modes"].get(b), r["modes"].get(a))) for a, b in pairs]
-            + [measured(doc)] for doc, cells, r in rows]
-    return markdown_table(headers, body)
-
-
 def ops_table(family: str, rows: dict) -> str:
+    """Per case: each mode's time, each (faster, baseline) ratio, the date."""
     wanted, pairs = OPS_FAMILY[family]
     order = list(WORKLOADS)
     cases = sorted(rows.values(), key=lambda dr: (order.index(dr[1]["workload"]),
                                                   natural(dr[1]["label"])))
     present = {m for _, c in cases for m in c["modes"] if m in wanted}
-    return modes_table(["case"], [(doc, [f"{c['workload']} {c['label']}"], c) for doc, c in cases],
-                       [m for m in wanted if m in present],
-                       [(a, b) for a, b in pairs if a in present and b in present])
+    modes = [m for m in wanted if m in present]
+    pairs = [(a, b) for a, b in pairs if a in present and b in present]
+    headers = (["case"] + [MODES[m].short + " us" for m in modes]
+               + [f"{MODES[a].short} / {MODES[b].short}" for a, b in pairs] + ["measured"])
+    return markdown_table(headers, [
+        [f"{c['workload']} {c['label']}"] + [us(c["modes"].get(m)) for m in modes]
+        + [ratio(speedup(c["modes"].get(b), c["modes"].get(a))) for a, b in pairs]
+        + [measured(doc)] for doc, c in cases])
 
 
 def zoo_order(item) -> tuple:
@@ -338,12 +334,6 @@ def per_model_table(rows: dict, column, header, digits: int, same_code: bool) ->
                                     for model, line in cells.items()])
 
 
-def family_table(family: str, rows: dict) -> str:
-    if family == "autocast region":
-        return region_table(rows)
-    return ops_table(family, rows) if family in OPS_FAMILY else zoo_table(family, rows)
-
-
 def heading(docs: list[dict]) -> str:
     env = docs[0]["env"]
     gpu = env["gpu"].removeprefix("NVIDIA ")
@@ -369,7 +359,8 @@ def render_benchmarks(files: list[tuple[str, list[dict]]]) -> str:
             out += [heading(list(docs.values()))] if shown else []
             for f in shown:
                 out += [CAPTION[f]] if f in CAPTION else []
-                out.append(family_table(f, rows[f]))
+                out.append(region_table(rows[f]) if f == "autocast region" else
+                           ops_table(f, rows[f]) if f in OPS_FAMILY else zoo_table(f, rows[f]))
         out.append("")
     return "\n".join(out).rstrip() + "\n"
 
