@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import contextlib
 import dataclasses
 import functools
 import gc
@@ -282,16 +281,11 @@ def peak_mib(call) -> float:
     return peak / 2**20
 
 
-@contextlib.contextmanager
-def output_code(into: list | None):
-    """Inductor's generated code of the compiles inside, appended to ``into`` (if given)."""
-    if into is None:
-        yield
-        return
+def output_code(into: list):
+    """Inductor's generated code of the compiles inside, appended to ``into``."""
     from torch._inductor.graph import GraphLowering
 
-    with mock.patch.object(GraphLowering, "save_output_code", into.append):
-        yield
+    return mock.patch.object(GraphLowering, "save_output_code", into.append)
 
 
 def same_code(a: list[str], b: list[str]) -> bool | None:
@@ -324,12 +318,13 @@ def compile_sides(step, call, errs, entries: dict, first_inputs: tuple, dynamic:
                   device: str, compile, compiles: int) -> tuple[dict, dict]:
     """Each side compiled ``compiles`` times, cold (one cache a compile), alternating with
     the other side, and run at each batch of ``entries``: its (re)compile times, and its
-    first compile's errors (``errs``), counters and code. ``dynamic``: the batch dim of
-    ``first_inputs`` is marked dynamic. Returns the compiled steps and each side's code."""
+    first compile's errors (``errs``) and counters. ``dynamic``: the batch dim of
+    ``first_inputs`` is marked dynamic. Returns the compiled steps and the code of each,
+    both by (side, compile)."""
     from torch._dynamo.utils import counters
     from torch._inductor.utils import fresh_cache
 
-    batches, compiled, codes = list(entries), {}, {"stock": [], "overlay": []}
+    batches, compiled, codes = list(entries), {}, collections.defaultdict(list)
     # Dynamo counts every side's compiles against one limit
     with torch._dynamo.config.patch(recompile_limit=max(8, 4 * compiles)):
         for c in range(compiles):  # sides alternate, as in the timed passes
@@ -339,7 +334,7 @@ def compile_sides(step, call, errs, entries: dict, first_inputs: tuple, dynamic:
                 with fresh_cache():  # one cache a compile, its recompiles' too
                     for b in batches:
                         graphs, first = counters["stats"]["unique_graphs"], b == batches[0]
-                        with side_config(side), output_code(codes[side] if c == 0 else None):
+                        with side_config(side), output_code(codes[side, c]):
                             if dynamic and first:
                                 for t in first_inputs:
                                     torch._dynamo.mark_dynamic(t, 0)
@@ -422,7 +417,8 @@ def measure_row(spec: Spec, model, row: str, device: str = "cuda", timer=kernel_
             with side_config(side):
                 e["sides"][side]["peak_mib"] = peak_mib(runner(side, 0, b))
     time_sides(entries, runner, timer, compiles)
-    same = same_code(codes["stock"], codes["overlay"])  # one compile a side covers each batch
+    # the first compile of each side, which covers each batch
+    same = same_code(codes["stock", 0], codes["overlay", 0])
     for e in entries.values():
         e["same_code"] = same
     compiled.clear()  # the compiled code and its graphs go with the reset
