@@ -342,6 +342,10 @@ def commit_message(overlay: OverlayExport) -> str:
     return text.rstrip("\n") + "\n"
 
 
+def later_parts(overlays: list[OverlayExport], overlay: OverlayExport) -> list[OverlayExport]:
+    return [o for o in overlays[overlays.index(overlay) + 1:] if o.part_of is not None]
+
+
 def diff_target(diff: pathlib.Path) -> str:
     """The tree path a one-file .diff edits (its ``+++ b/`` line)."""
     for line in read_source(diff).decode().splitlines():
@@ -351,12 +355,9 @@ def diff_target(diff: pathlib.Path) -> str:
 
 
 def _apply_diff(repo: pathlib.Path, overlay: OverlayExport, diff: pathlib.Path,
-                staging: pathlib.Path, info: dict[str, str], reverse: bool = False) -> None:
-    staged = staging / overlay.name / diff.name
-    staged.parent.mkdir(parents=True, exist_ok=True)
-    staged.write_bytes(read_source(diff))
+                reverse: bool = False) -> None:
     proc = git(repo, "apply", "--whitespace=nowarn", "-v", *(["-R"] if reverse else []),
-               str(staged), check=False)
+               input=read_source(diff).decode(), check=False)
     if proc.returncode != 0 and reverse:
         raise ExportError(f"part {overlay.name}: {rel(diff)} is not the edit that makes "
                           f"{diff_target(diff)} what its file holds (`python "
@@ -364,12 +365,12 @@ def _apply_diff(repo: pathlib.Path, overlay: OverlayExport, diff: pathlib.Path,
                           "as it is):\n" + _hunk_report(proc.stderr))
     if proc.returncode != 0:
         raise ExportError(f"overlay {overlay.name}: {rel(diff)} does not apply to the pristine "
-                          f"torch/_inductor of torch {info['torch']} with the earlier patches:\n"
+                          "torch with the earlier patches:\n"
                           + _hunk_report(proc.stderr))
 
 
-def commit_series(repo: pathlib.Path, overlays: list[OverlayExport], work: pathlib.Path,
-                  info: dict[str, str], *, added_only: bool = False) -> list[str]:
+def commit_series(repo: pathlib.Path, overlays: list[OverlayExport],
+                  added_only: bool = False) -> list[str]:
     """Commit each overlay's patch on top of ``repo`` (a pristine tree); the commits'
     hashes, in series order. ``added_only``: only the files the series adds (the new
     modules, templates and tests, whose patches need no upstream file), in an empty
@@ -379,7 +380,7 @@ def commit_series(repo: pathlib.Path, overlays: list[OverlayExport], work: pathl
     for overlay in overlays:
         for diff in overlay.diffs:
             if not added_only or diff_target(diff) in added:
-                _apply_diff(repo, overlay, diff, work / "diffs", info)
+                _apply_diff(repo, overlay, diff)
         for path, source in {**overlay.files, **overlay.tests}.items():
             target = repo / path
             if target.exists():
@@ -388,11 +389,10 @@ def commit_series(repo: pathlib.Path, overlays: list[OverlayExport], work: pathl
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(read_source(source))
         # the new modules without what later parts add to them
-        later = overlays[overlays.index(overlay) + 1:]
-        for part in reversed([o for o in later if o.part_of is not None]):
+        for part in reversed(later_parts(overlays, overlay)):
             for diff in reversed(part.diffs):
                 if diff_target(diff) in {**overlay.files, **overlay.tests}:
-                    _apply_diff(repo, part, diff, work / "diffs", info, reverse=True)
+                    _apply_diff(repo, part, diff, reverse=True)
         if added_only:
             commits.append(commit_all(repo, "--allow-empty", "-m", overlay.name))
         else:
@@ -406,7 +406,7 @@ def build_series(out_dir: pathlib.Path, work: pathlib.Path) -> list[str]:
     info = torch_info()
     overlays = collect()
     repo = pristine_tree(work / "tree")
-    commit_series(repo, overlays, work, info)
+    commit_series(repo, overlays)
     out_dir.mkdir(parents=True, exist_ok=True)
     for old in out_dir.glob("*.patch"):
         old.unlink()
@@ -461,14 +461,13 @@ def show(path: str, after: str | None = None) -> str:
     with tempfile.TemporaryDirectory(prefix="export_show_") as tmp:
         work = pathlib.Path(tmp)
         if added_only:
-            repo, info = work / "tree", {"torch": "(the series' new files only)"}
-            repo.mkdir()
-            git(repo, "init", "-q", "-b", "main")
+            repo = work / "tree"
+            git(work, "init", "-q", "-b", "main", repo.name)
         else:
             require_pinned_torch()
-            repo, info = pristine_tree(work / "tree"), torch_info()
+            repo = pristine_tree(work / "tree")
         # all of them: a patch that adds a file writes it less the later parts' edits
-        commits = commit_series(repo, overlays, work, info, added_only=added_only)
+        commits = commit_series(repo, overlays, added_only)
         proc = git(repo, "show", f"{commits[index]}:{path}", check=False)
         if proc.returncode != 0:
             # the first patch whose tree holds it (a part may add a template)
@@ -501,11 +500,9 @@ def rebased_parts(overlays: list[OverlayExport], path: str,
     (repo / path).write_bytes(read_source(source))
     states = [commit_all(repo, "-m", "whole")]
     for part, diff in reversed(diffs):
-        staged = work / f"{part}.diff"
-        staged.write_bytes(read_source(diff))
         for context in (3, 2, 1):  # git's default first: changed context lines then fuzz
-            proc = git(repo, "apply", "-R", f"-C{context}", "--whitespace=nowarn", str(staged),
-                       check=False)
+            proc = git(repo, "apply", "-R", f"-C{context}", "--whitespace=nowarn",
+                       input=read_source(diff).decode(), check=False)
             if proc.returncode == 0:
                 break
         else:
@@ -624,12 +621,6 @@ def top_level_reassignments(source: str, added: set[int], new_file: bool, path: 
                              .split("\n")[0])
                 break
     return found
-
-
-def later_edits(overlays: list[OverlayExport], overlay: OverlayExport) -> set[str]:
-    """The tree paths that parts after ``overlay`` edit (``.diff`` files)."""
-    later = overlays[overlays.index(overlay) + 1:]
-    return {diff_target(d) for o in later if o.part_of is not None for d in o.diffs}
 
 
 def audit_patch(tree: pathlib.Path, patch: pathlib.Path, overlay: OverlayExport,
@@ -937,9 +928,9 @@ def _check_in(tmp: pathlib.Path, t0: float, run_tests, compare_junit, pytest_arg
                               f"{comp.stdout}{comp.stderr}")
         print(f"[check] {name} applies and byte-compiles ({time.time() - t0:.0f}s)")
         # 3. what it adds
+        edited_later = {diff_target(d) for p in later_parts(overlays, overlay) for d in p.diffs}
         ok &= _report_audit(name, overlay, audit_patch(
-            tree, PATCHES / name, overlay, later_edits(overlays, overlay), style=style_step),
-            style_step)
+            tree, PATCHES / name, overlay, edited_later, style=style_step), style_step)
         new_modules += [p for p in overlay.files if p.endswith(".py")]
         if not run_tests:
             continue
