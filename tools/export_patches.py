@@ -101,15 +101,6 @@ class OverlayExport:
         return PATCHES / f"{self.name}.md"
 
 
-def templates_loaded(source: pathlib.Path, text: str) -> list[pathlib.Path]:
-    """The ``templates/*.jinja`` beside ``source`` that it names (load_template("<stem>"))."""
-    templates = source.parent / "templates"
-    if not templates.is_dir():
-        return []
-    return [tpl for tpl in sorted(templates.glob("*.jinja"))
-            if re.search(rf"['\"]{re.escape(tpl.name.split('.')[0])}['\"]", text)]
-
-
 def overlay_tests(name: str) -> dict[str, pathlib.Path]:
     """Its test module and the expect files of the test classes there."""
     path = f"test/inductor/test_{name}.py"
@@ -140,8 +131,11 @@ def collect() -> list[OverlayExport]:
             if not source.exists():
                 raise ExportError(f"overlay {name}: module {module} has no file {rel(source)}")
             files[path] = source
-            for tpl in templates_loaded(source, read_source(source).decode()):
-                files[str(pathlib.PurePosixPath(path).parent / "templates" / tpl.name)] = tpl
+            # the templates beside it that it names: load_template("<stem>")
+            text = read_source(source).decode()
+            for tpl in sorted((source.parent / "templates").glob("*.jinja")):
+                if re.search(rf"['\"]{re.escape(tpl.name.split('.')[0])}['\"]", text):
+                    files[str(pathlib.PurePosixPath(path).parent / "templates" / tpl.name)] = tpl
         edits = [*overlay.own_edit_files, *sorted(LOGGING_EDITS.glob(f"*.{name}.diff"))]
         diffs = [p for p in edits if not VARIANT.search(p.name)]
         out.append(OverlayExport(name, overlay.flag, diffs, files, overlay_tests(name)))
@@ -223,20 +217,6 @@ def _read_hunk(lines: list[str], i: int, header: re.Match, fp: FilePatch) -> int
     return i
 
 
-def check_same_hunks(overlay: OverlayExport, patch: pathlib.Path) -> None:
-    """Each hunk of the overlay's .diff files is a hunk of its patch, line for line."""
-    made = parse_diff(patch.read_text())
-    for diff in overlay.diffs:
-        for path, fp in parse_diff(read_source(diff).decode()).items():
-            have = made.get(path)
-            for hunk in fp.hunks:
-                if have is None or hunk not in have.hunks:
-                    raise ExportError(
-                        f"overlay {overlay.name}: {rel(diff)} applies, but git writes the edit of "
-                        f"{path} as other hunks (context or hunk bounds differ): regenerate the "
-                        ".diff with `git diff` against pristine torch")
-
-
 # -- trees and the series -----------------------------------------------------
 
 def torch_info() -> dict[str, str]:
@@ -252,19 +232,12 @@ def torch_info() -> dict[str, str]:
             "triton": triton_version, "root": str(pathlib.Path(torch.__file__).resolve().parent)}
 
 
-def pinned_git_version() -> str | None:
-    """The torch commit the committed series targets (patches/UPSTREAM_PIN)."""
-    pin = PATCHES / "UPSTREAM_PIN"
-    if not pin.exists():
-        return None
-    m = re.search(r"^git_version (\w+)", pin.read_text(), re.M)
-    return m.group(1) if m else None
-
-
 def require_pinned_torch() -> None:
     """The series is made against one release: refuse another one, saying which."""
-    info, pinned = torch_info(), pinned_git_version()
-    if pinned is not None and info["git_version"] != pinned:
+    pin = PATCHES / "UPSTREAM_PIN"
+    m = re.search(r"^git_version (\w+)", pin.read_text(), re.M) if pin.exists() else None
+    info, pinned = torch_info(), m and m.group(1)
+    if pinned and info["git_version"] != pinned:
         raise ExportError(
             f"the series targets the torch of patches/UPSTREAM_PIN (git {pinned[:12]}); this is "
             f"torch {info['torch']} (git {info['git_version'][:12]}). Run the export with that "
@@ -415,8 +388,15 @@ def build_series(out_dir: pathlib.Path, work: pathlib.Path) -> list[str]:
     names = sorted(p.name for p in out_dir.glob("*.patch"))
     if len(names) != len(overlays):
         raise ExportError(f"format-patch wrote {len(names)} patches for {len(overlays)} overlays")
-    for overlay, name in zip(overlays, names):
-        check_same_hunks(overlay, out_dir / name)
+    for overlay, name in zip(overlays, names):  # each .diff's hunks are the patch's
+        made = parse_diff((out_dir / name).read_text())
+        for diff in overlay.diffs:
+            for path, fp in parse_diff(read_source(diff).decode()).items():
+                if not set(fp.hunks) <= set(made[path].hunks if path in made else ()):
+                    raise ExportError(
+                        f"overlay {overlay.name}: {rel(diff)} applies, but git writes the edit "
+                        f"of {path} as other hunks (context or hunk bounds differ): regenerate "
+                        "the .diff with `git diff` against pristine torch")
     (out_dir / "series").write_text("".join(n + "\n" for n in names))
     (out_dir / "UPSTREAM_PIN").write_text(
         f"torch {info['torch']}\n"
