@@ -732,29 +732,14 @@ def _hunk_report(git_output: str) -> str:
 
 
 def patched_torch(tree: pathlib.Path, changed: Iterable[str], dest: pathlib.Path) -> pathlib.Path:
-    """``dest/torch``: the installed torch's entries as symlinks, the changed files real.
-
-    With nothing changed, it is the pristine torch (every entry a link)."""
-    root = pathlib.Path(torch_info()["root"])
-    changed = [pathlib.PurePosixPath(c) for c in changed if c.startswith("torch/")]
-    rel_ = {pathlib.PurePosixPath(*c.parts[1:]) for c in changed}
-    ancestors = {p for c in rel_ for p in c.parents if str(p) != "."}
-
-    def build(src: pathlib.Path, dst: pathlib.Path, prefix: pathlib.PurePosixPath) -> None:
-        dst.mkdir(parents=True, exist_ok=True)
-        names = {p.name for p in src.iterdir()} if src.is_dir() else set()
-        names |= {c.parts[len(prefix.parts)] for c in rel_ if c.parts[: len(prefix.parts)] == prefix.parts
-                  and len(c.parts) > len(prefix.parts)}
-        for name in sorted(names):
-            r = prefix / name
-            if r in rel_:
-                shutil.copyfile(tree / "torch" / r, dst / name)
-            elif r in ancestors:
-                build(src / name, dst / name, r)
-            elif name != "__pycache__":
-                os.symlink(src / name, dst / name)
-
-    build(root, dest / "torch", pathlib.PurePosixPath())
+    """``dest/torch``: links to the installed torch's files, the changed files copies."""
+    shutil.copytree(torch_info()["root"], dest / "torch", copy_function=os.symlink,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    for path in changed:
+        if path.startswith("torch/"):
+            (dest / path).unlink(missing_ok=True)
+            (dest / path).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(tree / path, dest / path)
     return dest
 
 
