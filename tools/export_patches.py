@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import collections
 import dataclasses
 import functools
 import os
@@ -768,19 +769,10 @@ PLUGIN_NAME = "_export_check_isolation"
 GPU_FREE_PLUGIN = "torch_overlay.testing.gpu_free"
 
 
-@dataclasses.dataclass
-class RunResult:
-    outcomes: dict[str, str]  # test_x::Class::test -> PASSED / FAILED / ERROR / SKIPPED
-    summary: str              # pytest's last line
-    output: str
-    probe_error: str | None = None
-
-    def count(self, *kinds: str) -> int:
-        return sum(1 for o in self.outcomes.values() if o in kinds)
-
-    def counts(self) -> str:
-        return (f"{self.count('PASSED')} passed, {self.count('FAILED', 'ERROR')} failed, "
-                f"{self.count('SKIPPED')} skipped")
+def counts(outcomes: dict[str, str]) -> str:
+    """``outcomes``: test_x::Class::test -> PASSED / FAILED / ERROR / SKIPPED."""
+    n = collections.Counter(outcomes.values())
+    return f"{n['PASSED']} passed, {n['FAILED'] + n['ERROR']} failed, {n['SKIPPED']} skipped"
 
 
 def junit_outcomes(junit: pathlib.Path) -> dict[str, str]:
@@ -804,36 +796,30 @@ def junit_outcomes(junit: pathlib.Path) -> dict[str, str]:
 
 def run_exported_tests(pythonpath: pathlib.Path, files: list[str], cache: pathlib.Path,
                        tree: pathlib.Path, new_modules: Iterable[str] = (),
-                       expected: Iterable[str] = (), pytest_args: Iterable[str] = ()) -> RunResult:
+                       expected: Iterable[str] = (),
+                       pytest_args: Iterable[str] = ()) -> tuple[dict[str, str], str]:
     """The exported test files (tree-relative) against the torch in ``pythonpath``, every
-    overlay off (TORCH_OVERLAY_DISABLE=1), GPU-free through the project's pytest plugin.
-    Tests in ``expected`` that pytest did not even report (a module that does not import)
-    count as ERROR."""
+    overlay off (TORCH_OVERLAY_DISABLE=1), GPU-free through the project's pytest plugin:
+    their outcomes and pytest's output. Tests in ``expected`` that pytest did not even
+    report (a module that does not import) count as ERROR."""
     plugin_dir = cache / "plugin"
     plugin_dir.mkdir(parents=True, exist_ok=True)
     (plugin_dir / f"{PLUGIN_NAME}.py").write_text(ISOLATION_PLUGIN)
-    env = dict(os.environ)
-    env.update(TORCH_OVERLAY_DISABLE="1", PYTHONPATH=os.pathsep.join(
-        [str(pythonpath), str(plugin_dir), str(REPO)]
-        + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])),
-        TORCHINDUCTOR_CACHE_DIR=str(cache / "inductor"), PYTHONDONTWRITEBYTECODE="1")
+    path = [str(pythonpath), str(plugin_dir), str(REPO), os.environ.get("PYTHONPATH")]
+    env = {**os.environ, "TORCH_OVERLAY_DISABLE": "1",
+           "PYTHONPATH": os.pathsep.join(filter(None, path)),
+           "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"), "PYTHONDONTWRITEBYTECODE": "1"}
     env.pop("EXPECTTEST_ACCEPT", None)
-    modules = [m.removesuffix(".py").replace("/", ".") for m in new_modules]
+    modules = ["torch._inductor.compile_fx",
+               *(m.removesuffix(".py").replace("/", ".") for m in new_modules)]
     probe = subprocess.run(
-        [sys.executable, "-c",
-         f"import {PLUGIN_NAME} as p, importlib\n"
-         "import torch_overlay\n"
-         "p.isolate()\n"
-         "import torch._inductor, torch._inductor.compile_fx\n"
-         "print(torch._inductor.__file__)\n"
-         f"for m in {modules!r}:\n"
-         "    print(importlib.import_module(m).__file__)\n"],
+        [sys.executable, "-c", f"import {PLUGIN_NAME} as p, importlib, torch_overlay\n"
+         f"p.isolate()\nfor m in {modules!r}:\n    print(importlib.import_module(m).__file__)"],
         cwd=tree, env=env, text=True, capture_output=True)
     where = probe.stdout.split()
-    if probe.returncode != 0 or not where or not all(w.startswith(str(pythonpath)) for w in where):
-        return RunResult({n: "ERROR" for n in expected}, "probe failed", probe.stderr[-3000:],
-                         f"the torch under test does not import from {pythonpath}: {where}\n"
-                         f"{probe.stderr[-3000:]}")
+    if probe.returncode != 0 or not all(w.startswith(str(pythonpath)) for w in where):
+        raise ExportError(f"the torch under test does not import from {pythonpath}: {where}\n"
+                          f"{probe.stderr[-3000:]}")
     junit = cache / "junit.xml"
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                            "-p", PLUGIN_NAME, "-p", GPU_FREE_PLUGIN, "--show-capture=no",
@@ -843,9 +829,7 @@ def run_exported_tests(pythonpath: pathlib.Path, files: list[str], cache: pathli
     outcomes = {n: "ERROR" for n in expected}  # not reported: not even collected
     if junit.exists():
         outcomes.update(junit_outcomes(junit))
-    lines = [l for l in proc.stdout.strip().splitlines() if l.strip()]
-    summary = lines[-1].strip("= ") if lines else "(no output)"
-    return RunResult(outcomes, summary, proc.stdout[-8000:] + proc.stderr[-3000:])
+    return outcomes, proc.stdout[-8000:] + proc.stderr[-3000:]
 
 
 def check(run_tests: bool = True, compare_junit: pathlib.Path | None = None,
@@ -901,19 +885,19 @@ def _check_in(tmp: pathlib.Path, t0: float, run_tests, compare_junit, pytest_arg
             continue
         # 4. its tests against the patched copy, overlays off, GPU-free
         changed = git(tree, "diff", "--name-only", f"HEAD~{i + 1}", "HEAD").stdout.split()
-        result = run_exported_tests(patched_torch(tree, changed, tmp / f"site_{i}"),
-                                    [overlay.test_file], tmp / f"cache_{i}", tree,
-                                    new_modules, pytest_args=pytest_args)
-        patched[overlay.test_file] = result
+        outcomes, output = run_exported_tests(
+            patched_torch(tree, changed, tmp / f"site_{i}"), [overlay.test_file],
+            tmp / f"cache_{i}", tree, new_modules, pytest_args=pytest_args)
+        patched[overlay.test_file] = outcomes
         print(f"[check] tests of {overlay.name} against the patched copy (patches 1-{i + 1}, "
-              f"TORCH_OVERLAY_DISABLE=1, -p {GPU_FREE_PLUGIN}): {result.counts()} "
+              f"TORCH_OVERLAY_DISABLE=1, -p {GPU_FREE_PLUGIN}): {counts(outcomes)} "
               f"({time.time() - t0:.0f}s)")
-        idle = not result.count("PASSED") and not skips_allowed(pytest_args)
-        if result.probe_error or result.count("FAILED", "ERROR") or idle:
+        bad = [f"{n} ({o})" for n, o in outcomes.items() if o in ("FAILED", "ERROR")]
+        if bad or ("PASSED" not in outcomes.values() and not skips_allowed(pytest_args)):
             ok = False
-            print(result.probe_error or _failures(result), file=sys.stderr)
+            print(f"not passing: {', '.join(bad)}\n{output}", file=sys.stderr)
         if compare_junit is not None:
-            ok &= same_as_project_run(result, overlay.test_file, compare_junit)
+            ok &= same_as_project_run(outcomes, overlay.test_file, compare_junit)
     if run_tests:
         ok &= _pristine_fails(tree, tmp, patched, pytest_args, t0)
     return ok
@@ -934,9 +918,7 @@ def skips_allowed(pytest_args: Iterable[str]) -> bool:
 def _report_audit(name: str, overlay: OverlayExport, problems: list[str], style: bool) -> bool:
     if problems:
         print(f"[check] {name}: {len(problems)} added line(s) or file(s) not fit for upstream:\n  "
-              + "\n  ".join(problems[:40])
-              + (f"\n  ... and {len(problems) - 40} more" if len(problems) > 40 else ""),
-              file=sys.stderr)
+              + "\n  ".join(problems), file=sys.stderr)
         return False
     flag = (f"declares {CONFIG}:{overlay.flag}" if overlay.part_of is None
             else f"a part of {overlay.part_of}")
@@ -947,48 +929,39 @@ def _report_audit(name: str, overlay: OverlayExport, problems: list[str], style:
     return True
 
 
-def _pristine_fails(tree: pathlib.Path, tmp: pathlib.Path, patched: dict[str, RunResult],
+def _pristine_fails(tree: pathlib.Path, tmp: pathlib.Path, patched: dict[str, dict[str, str]],
                     pytest_args, t0: float) -> bool:
     """5. The exported tests against the pristine copy: each must fail."""
-    expected = [n for r in patched.values() for n in r.outcomes]
-    result = run_exported_tests(patched_torch(tree, [], tmp / "site_pristine"), list(patched),
-                                tmp / "cache_pristine", tree, expected=expected,
-                                pytest_args=pytest_args)
-    failed = sum(1 for n in expected if result.outcomes.get(n) in ("FAILED", "ERROR"))
+    expected = [n for outcomes in patched.values() for n in outcomes]
+    outcomes, _ = run_exported_tests(patched_torch(tree, [], tmp / "site_pristine"),
+                                     list(patched), tmp / "cache_pristine", tree,
+                                     expected=expected, pytest_args=pytest_args)
     print(f"[check] the same {len(expected)} tests against the pristine copy (torch "
-          f"{torch_info()['torch']}, TORCH_OVERLAY_DISABLE=1): {failed} failed, "
-          f"{result.count('PASSED')} passed, {result.count('SKIPPED')} skipped "
+          f"{torch_info()['torch']}, TORCH_OVERLAY_DISABLE=1): {counts(outcomes)} "
           f"({time.time() - t0:.0f}s)")
-    passing = [n for n in expected if result.outcomes.get(n) not in ("FAILED", "ERROR")]
-    if result.probe_error or passing:
-        print(result.probe_error or "[check] these pass (or skip) without the series, so they "
-              "do not test it:\n  " + "\n  ".join(passing), file=sys.stderr)
-    every = RunResult({n: o for r in patched.values() for n, o in r.outcomes.items()}, "", "")
-    print(f"[check] the {len(expected)} exported tests: patched copy {every.counts()} (values: "
-          f"GPU only); pristine copy {failed} failed")
-    return not (result.probe_error or passing)
+    passing = [n for n in expected if outcomes[n] not in ("FAILED", "ERROR")]
+    if passing:
+        print("[check] these pass (or skip) without the series, so they do not test it:\n  "
+              + "\n  ".join(passing), file=sys.stderr)
+    every = {n: o for outcomes in patched.values() for n, o in outcomes.items()}
+    print(f"[check] the {len(expected)} exported tests: patched copy {counts(every)} (values: "
+          f"GPU only); pristine copy {len(expected) - len(passing)} failed")
+    return not passing
 
 
-def same_as_project_run(result: RunResult, test_file: str, junit: pathlib.Path) -> bool:
+def same_as_project_run(outcomes: dict[str, str], test_file: str, junit: pathlib.Path) -> bool:
     """The exported file's outcomes equal those of the same file in ``pytest test/``
     (runtime overlays on): the export tests what the project tests."""
     stem = pathlib.PurePosixPath(test_file).stem
     project = {k: v for k, v in junit_outcomes(junit).items() if k.startswith(stem + "::")}
-    differ = sorted(k for k in set(project) | set(result.outcomes)
-                    if project.get(k) != result.outcomes.get(k))
+    differ = sorted(k for k in set(project) | set(outcomes) if project.get(k) != outcomes.get(k))
     if differ:
         print(f"[check] {test_file}: outcomes differ from pytest test/ ({junit}):\n  "
-              + "\n  ".join(f"{k}: project {project.get(k)}, export {result.outcomes.get(k)}"
+              + "\n  ".join(f"{k}: project {project.get(k)}, export {outcomes.get(k)}"
                              for k in differ[:40]), file=sys.stderr)
         return False
     print(f"[check] {test_file}: the same {len(project)} outcomes as in pytest test/")
     return True
-
-
-def _failures(result: RunResult) -> str:
-    bad = [n for n, o in result.outcomes.items() if o in ("FAILED", "ERROR")]
-    return ("not passing: " + ", ".join(f"{n} ({result.outcomes[n]})" for n in bad)
-            + f"\npytest: {result.summary}\n" + result.output)
 
 
 def main(argv: list[str] | None = None) -> int:
