@@ -75,10 +75,7 @@ def read_source(path: pathlib.Path) -> bytes:
 
 
 def rel(path: pathlib.Path) -> str:
-    try:
-        return str(path.relative_to(REPO))
-    except ValueError:
-        return str(path)
+    return str(path.relative_to(REPO) if path.is_relative_to(REPO) else path)
 
 
 # -- the overlays, from the registry ------------------------------------------
@@ -94,7 +91,6 @@ class OverlayExport:
 
     @property
     def test_file(self) -> str:
-        """Its test module, tree-relative."""
         return f"test/inductor/test_{self.name}.py"
 
     @property
@@ -104,13 +100,12 @@ class OverlayExport:
 
 def overlay_tests(name: str) -> dict[str, pathlib.Path]:
     """Its test module and the expect files of the test classes there."""
-    path = f"test/inductor/test_{name}.py"
-    test = REPO / path
+    test = REPO / f"test/inductor/test_{name}.py"
     if not test.exists():
         raise ExportError(f"overlay {name}: no test file {rel(test)}")
     tree = ast.parse(read_source(test).decode())
     classes = {n.name for n in tree.body if isinstance(n, ast.ClassDef)}
-    files = {path: test}
+    files = {rel(test): test}
     for expect in sorted((REPO / "test" / "inductor" / "expect").glob("*.expect")):
         if expect.name.partition(".")[0] in classes:
             files[f"test/inductor/expect/{expect.name}"] = expect
@@ -224,9 +219,7 @@ def torch_info() -> dict[str, str]:
     import torch
 
     try:
-        import triton
-
-        triton_version = triton.__version__
+        from triton import __version__ as triton_version
     except ImportError:
         triton_version = "missing"
     return {"torch": torch.__version__, "git_version": torch.version.git_version,
@@ -251,8 +244,7 @@ def pristine_tree(dest: pathlib.Path) -> pathlib.Path:
     committed in a git repo."""
     info = torch_info()
     root = pathlib.Path(info["root"])
-    paths = [*sorted((root / "_inductor").rglob("*")), *sorted((root / "_logging").glob("*.py"))]
-    for path in paths:
+    for path in [*(root / "_inductor").rglob("*"), *(root / "_logging").glob("*.py")]:
         if path.is_file() and path.suffix in (".py", ".jinja") and "__pycache__" not in path.parts:
             target = dest / "torch" / path.relative_to(root)
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -301,15 +293,12 @@ def authorship(overlay: OverlayExport) -> dict[str, str]:
 
 
 def commit_message(overlay: OverlayExport) -> str:
-    if not overlay.message.exists():
-        raise ExportError(f"overlay {overlay.name}: no commit message {rel(overlay.message)} (the "
-                          f"subject '[inductor] {overlay.name}: ...', a blank line, the PR body)")
-    text = read_source(overlay.message).decode()
+    text = read_source(overlay.message).decode() if overlay.message.exists() else ""
     lines = text.rstrip("\n").split("\n")
     if (not lines[0].startswith(f"[inductor] {overlay.name}: ") or len(lines) < 3
             or lines[1].strip() or not "".join(lines[2:]).strip()):
-        raise ExportError(f"{rel(overlay.message)}: the first line must be the subject "
-                          f"'[inductor] {overlay.name}: ...', then a blank line, then the body")
+        raise ExportError(f"{rel(overlay.message)}: missing, or not the subject '[inductor] "
+                          f"{overlay.name}: ...', then a blank line, then the PR body")
     if len(lines[0]) > MAX_SUBJECT:
         raise ExportError(f"{rel(overlay.message)}: the subject has {len(lines[0])} characters, "
                           f"more than {MAX_SUBJECT}")
@@ -332,15 +321,13 @@ def _apply_diff(repo: pathlib.Path, overlay: OverlayExport, diff: pathlib.Path,
                 reverse: bool = False) -> None:
     proc = git(repo, "apply", "--whitespace=nowarn", "-v", *(["-R"] if reverse else []),
                input=read_source(diff).decode(), check=False)
-    if proc.returncode != 0 and reverse:
-        raise ExportError(f"part {overlay.name}: {rel(diff)} is not the edit that makes "
-                          f"{diff_target(diff)} what its file holds (`python "
-                          "tools/export_patches.py --rebase-parts` rewrites it from the file "
-                          "as it is):\n" + _hunk_report(proc.stderr))
     if proc.returncode != 0:
-        raise ExportError(f"overlay {overlay.name}: {rel(diff)} does not apply to the pristine "
-                          "torch with the earlier patches:\n"
-                          + _hunk_report(proc.stderr))
+        why = (f"part {overlay.name}: {rel(diff)} is not the edit that makes "
+               f"{diff_target(diff)} what its file holds (`python tools/export_patches.py "
+               "--rebase-parts` rewrites it from the file as it is)") if reverse else (
+               f"overlay {overlay.name}: {rel(diff)} does not apply to the pristine torch "
+               "with the earlier patches")
+        raise ExportError(f"{why}:\n{_hunk_report(proc.stderr)}")
 
 
 def commit_series(repo: pathlib.Path, overlays: list[OverlayExport],
@@ -387,8 +374,6 @@ def build_series(out_dir: pathlib.Path, work: pathlib.Path) -> list[str]:
     git(repo, "format-patch", "-q", "--zero-commit", "--no-signature", "--no-numbered",
         "-o", str(out_dir), "HEAD~%d" % len(overlays))
     names = sorted(p.name for p in out_dir.glob("*.patch"))
-    if len(names) != len(overlays):
-        raise ExportError(f"format-patch wrote {len(names)} patches for {len(overlays)} overlays")
     for overlay, name in zip(overlays, names):  # each .diff's hunks are the patch's
         made = parse_diff((out_dir / name).read_text())
         for diff in overlay.diffs:
@@ -425,9 +410,8 @@ def patch_index(overlays: list[OverlayExport], after: str) -> int:
     names = [o.name for o in overlays]
     if after in names:
         return names.index(after)
-    if m := re.match(r"^(\d+)(-|$)", after):
-        if 1 <= int(m.group(1)) <= len(overlays):
-            return int(m.group(1)) - 1
+    if (m := re.match(r"^(\d+)(-|$)", after)) and 1 <= int(m[1]) <= len(overlays):
+        return int(m[1]) - 1
     raise ExportError(f"no patch {after!r} in the series: a number from 1 to {len(overlays)} or "
                       f"one of {', '.join(names)}")
 
@@ -547,12 +531,10 @@ def _import_time_statements(body: list[ast.stmt]) -> Iterable[ast.stmt]:
     """Statements that run when the module is imported (not inside a def or class)."""
     for node in body:
         yield node
-        if isinstance(node, (ast.If, ast.For, ast.While, ast.With, ast.Try,
+        if isinstance(node, (ast.If, ast.For, ast.While, ast.With, ast.Try, ast.ExceptHandler,
                              getattr(ast, "TryStar", ast.Try))):
-            for field in ("body", "orelse", "finalbody"):
-                yield from _import_time_statements(getattr(node, field, []) or [])
-            for handler in getattr(node, "handlers", []):
-                yield from _import_time_statements(handler.body)
+            for field in ("body", "orelse", "finalbody", "handlers"):
+                yield from _import_time_statements(getattr(node, field, []))
 
 
 def _targets(node: ast.stmt) -> list[ast.expr]:
@@ -627,7 +609,8 @@ def audit_patch(tree: pathlib.Path, patch: pathlib.Path, overlay: OverlayExport,
     if style:
         problems += style_problems(tree, files)
     flag = re.compile(rf"^{re.escape(overlay.flag)}\s*(:[^=]*)?=")
-    if overlay.part_of is None and not any(flag.match(text) for text in files.get(CONFIG, FilePatch(CONFIG, False, [], {})).added.values()):
+    config_lines = files[CONFIG].added.values() if CONFIG in files else ()
+    if overlay.part_of is None and not any(flag.match(text) for text in config_lines):
         problems.append(f"{CONFIG}: the patch does not declare the flag {overlay.flag}")
     # the tests as the project runs them, once no later part edits them
     tests = {**overlay.tests, **{t: REPO / t for t in map(diff_target, overlay.diffs)
@@ -724,11 +707,10 @@ def apply_series(repo: pathlib.Path, patches: pathlib.Path,
 
 
 def _hunk_report(git_output: str) -> str:
-    lines = []
-    for line in git_output.splitlines():
-        if re.search(r"error|patch failed|Hunk|does not apply|while searching|"
-                     r"already exists|No such file|conflict|CONFLICT", line, re.I):
-            lines.append("  " + line)
+    """The lines of git's output that say which file and hunk failed."""
+    failed = re.compile(r"error|patch failed|Hunk|does not apply|while searching|"
+                        r"already exists|No such file|conflict", re.I)
+    lines = [f"  {line}" for line in git_output.splitlines() if failed.search(line)]
     return "\n".join(lines) or git_output
 
 
