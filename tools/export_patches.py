@@ -537,20 +537,13 @@ def _import_time_statements(body: list[ast.stmt]) -> Iterable[ast.stmt]:
                 yield from _import_time_statements(getattr(node, field, []))
 
 
-def _targets(node: ast.stmt) -> list[ast.expr]:
-    """What an assignment statement assigns to, tuples unpacked."""
-    if isinstance(node, ast.Assign):
-        found = list(node.targets)
-    elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
-        found = [node.target]
-    else:
-        return []
-    for t in found:  # grows while it runs: the elements of a tuple target
-        if isinstance(t, (ast.Tuple, ast.List)):
-            found += t.elts
-        elif isinstance(t, ast.Starred):
-            found.append(t.value)
-    return [t for t in found if not isinstance(t, (ast.Tuple, ast.List, ast.Starred))]
+def _assigned(target: ast.expr) -> list[ast.expr]:
+    """The attributes and items an assignment's target sets, tuples unpacked."""
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return [a for element in target.elts for a in _assigned(element)]
+    if isinstance(target, ast.Starred):
+        return _assigned(target.value)
+    return [target] if isinstance(target, (ast.Attribute, ast.Subscript)) else []
 
 
 def _root(expr: ast.expr) -> str | None:
@@ -573,16 +566,19 @@ def top_level_reassignments(source: str, added: set[int], new_file: bool, path: 
         lines = set(range(node.lineno, (node.end_lineno or node.lineno) + 1))
         if not lines & added:
             continue
-        targets = [t for t in _targets(node) if isinstance(t, (ast.Attribute, ast.Subscript))]
-        if (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)
-                and isinstance(node.value.func, ast.Name) and node.value.func.id == "setattr"
-                and node.value.args):
-            targets.append(node.value.args[0])
-        for t in targets:
-            if _root(t) not in own:
-                found.append(f"{path}:{node.lineno}: {ast.get_source_segment(source, node) or ast.unparse(node)}"
-                             .split("\n")[0])
-                break
+        if isinstance(node, ast.Assign):
+            targets = [a for t in node.targets for a in _assigned(t)]
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = _assigned(node.target)
+        elif (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)
+              and isinstance(node.value.func, ast.Name) and node.value.func.id == "setattr"
+              and node.value.args):
+            targets = [node.value.args[0]]
+        else:
+            continue
+        if any(_root(t) not in own for t in targets):
+            text = ast.get_source_segment(source, node) or ast.unparse(node)
+            found.append(f"{path}:{node.lineno}: {text.splitlines()[0]}")
     return found
 
 
