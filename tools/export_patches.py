@@ -185,8 +185,7 @@ def parse_diff(text: str) -> dict[str, FilePatch]:
 
 
 def _read_hunk(lines: list[str], i: int, header: re.Match, fp: FilePatch) -> int:
-    """Add to ``fp`` the hunk of ``header`` whose body starts at ``lines[i]``; the index
-    past it."""
+    """Read the hunk of ``header``, from ``lines[i]`` on, into ``fp``; the index past it."""
     old_left, new_left = (int(n) if n is not None else 1 for n in header.group("old_n", "new_n"))
     old_no, new_no, hunk = int(header["old"]), int(header["new"]), []
     removed = False  # the change under way replaces lines
@@ -333,9 +332,8 @@ def _apply_diff(repo: pathlib.Path, overlay: OverlayExport, diff: pathlib.Path,
 def commit_series(repo: pathlib.Path, overlays: list[OverlayExport],
                   added_only: bool = False) -> list[str]:
     """Commit each overlay's patch on top of ``repo`` (a pristine tree); the commits'
-    hashes, in series order. ``added_only``: only the files the series adds (the new
-    modules, templates and tests, whose patches need no upstream file), in an empty
-    ``repo``, each commit titled by its overlay's name."""
+    hashes. ``added_only``: only the files the series adds, which need no upstream file,
+    in an empty ``repo``."""
     added = {p for o in overlays for p in (*o.files, *o.tests)}
     commits = []
     for overlay in overlays:
@@ -395,8 +393,7 @@ def build_series(out_dir: pathlib.Path, work: pathlib.Path) -> list[str]:
 # -- a file at any point of the series; the parts' diffs from an edited file ----
 
 def tree_path(path: str) -> str:
-    """The series' path of a project file (``torch_overlay/_inductor/x.py`` is
-    ``torch/_inductor/x.py``; tests and upstream paths are as they are)."""
+    """The series' path of a project file: torch_overlay/_inductor/ is torch/_inductor/."""
     path = rel(pathlib.Path(path).resolve()) if pathlib.Path(path).is_absolute() else path
     path = path.removeprefix("./")
     if path.startswith("torch_overlay/_inductor/"):
@@ -405,8 +402,7 @@ def tree_path(path: str) -> str:
 
 
 def patch_index(overlays: list[OverlayExport], after: str) -> int:
-    """The 0-based index of the patch named by ``after``: its number (``5``, ``0005``,
-    a patch file name) or its overlay's or part's name."""
+    """The 0-based index of patch ``after``: its number (5, 0005, its file) or its name."""
     names = [o.name for o in overlays]
     if after in names:
         return names.index(after)
@@ -445,18 +441,15 @@ def show(path: str, after: str | None = None) -> str:
 
 
 def part_diffs(overlays: list[OverlayExport], path: str) -> list[tuple[str, pathlib.Path]]:
-    """(part, series/ diff) of each part that edits ``path``, a file the series adds, in
-    series order."""
+    """(part, series/ diff) of each part that edits ``path``, in series order."""
     return [(o.name, d) for o in overlays if o.part_of is not None for d in o.diffs
             if d.is_relative_to(SERIES) and diff_target(d) == path]
 
 
 def rebased_parts(overlays: list[OverlayExport], path: str,
                   work: pathlib.Path) -> tuple[dict[pathlib.Path, str], str | None]:
-    """The text of each part's diff of ``path`` (a file the series adds) that takes the
-    file as it now is back to the patch before the part, and that part's edit (git's
-    hunks); or why a part's hunks no longer apply to it, with fuzz (changed context),
-    naming the part."""
+    """Each part's diff of ``path`` (a file the series adds) as git writes it from the file
+    as it now is; or why a part's hunks no longer apply to it even with fuzz."""
     source = next(s for o in overlays for p, s in {**o.files, **o.tests}.items() if p == path)
     diffs = part_diffs(overlays, path)
     repo = work / "tree"
@@ -555,12 +548,10 @@ def _root(expr: ast.expr) -> str | None:
 def top_level_reassignments(source: str, added: set[int], new_file: bool, path: str) -> list[str]:
     """Import-time assignments, among ``added`` lines, to an attribute or item of an
     upstream object (``lowerings[aten.mm] = ...``, ``Scheduler.x = ...``, setattr(...)).
-
-    In a file the series adds, the module's own classes and functions are not upstream.
-    """
+    In a file the series adds, the module's own classes and functions are not upstream."""
     tree = ast.parse(source, path)
-    own = {n.name for n in tree.body
-           if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))} if new_file else set()
+    defined = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    own = {n.name for n in tree.body if isinstance(n, defined)} if new_file else set()
     found = []
     for node in _import_time_statements(tree.body):
         lines = set(range(node.lineno, (node.end_lineno or node.lineno) + 1))
@@ -585,10 +576,8 @@ def top_level_reassignments(source: str, added: set[int], new_file: bool, path: 
 def audit_patch(tree: pathlib.Path, patch: pathlib.Path, overlay: OverlayExport,
                 edited_later: set[str] = frozenset(), style: bool = True) -> list[str]:
     """What the patch (applied in ``tree``) must not add or must add; [] when all is well.
-
-    No added line names the project, tests included: they run under the project's harness
-    as a pytest plugin from outside (torch_overlay.testing.gpu_free). Added Python lines
-    are as upstream's formatter and lint leave them (``style_problems``)."""
+    No added line names the project, tests included: the project's harness reaches them
+    from outside, as a pytest plugin (torch_overlay.testing.gpu_free)."""
     problems = []
     files = parse_diff(patch.read_text())
     for path, fp in files.items():
@@ -692,8 +681,7 @@ def style_fix(paths: Iterable[pathlib.Path]) -> list[str]:
 
 def apply_series(repo: pathlib.Path, patches: pathlib.Path,
                  names: list[str] | None = None) -> None:
-    """``git am`` each patch of the series (or ``names``); ExportError naming the patch and
-    hunk on failure."""
+    """``git am`` each patch of the series (or ``names``), naming the one that fails."""
     for name in names or (patches / "series").read_text().split():
         patch = patches / name
         check = git(repo, "apply", "--check", "-v", str(patch), check=False)
@@ -885,9 +873,7 @@ def skips_allowed(pytest_args: Iterable[str]) -> bool:
     """Whether a patch's tests may all skip: under a smaller GPU's profile than the default
     one, where upstream's ``is_big_gpu`` offers no mm template, the feature has nothing to do;
     under the default profile each patch must pass one test."""
-    args = list(pytest_args)
-    profiles = [a.split("=", 1)[1] for a in args if a.startswith("--gpu-free-profile=")]
-    profiles += [b for a, b in zip(args, args[1:]) if a == "--gpu-free-profile"]
+    profiles = re.findall(r"--gpu-free-profile[= ](\S+)", " ".join(pytest_args))
     from torch_overlay.testing.gpu_profiles import DEFAULT_PROFILE
 
     return any(p != DEFAULT_PROFILE for p in profiles)
