@@ -93,7 +93,7 @@ class Plan:
 
 # 128-row tiles by width: thin ones take a deep K step, wide ones 8 warps
 TALL_TILES = {
-    128: TileConfig(128, 128, 64, 8, 3),
+    128: TileConfig(128, 128, 64, 8, 4),
     64: TileConfig(128, 64, 64, 4, 4),
     32: TileConfig(128, 32, 128, 4, 4),
 }
