@@ -244,7 +244,8 @@ class Registry:
                 variants.setdefault(diff.upstream.removeprefix("torch/_inductor/"),
                                     variant_name(diff.path))
             # only the modules this overlay edits: the others' functions are not its swaps
-            required = [d for d in required if d.module in {o.module for o in diffs}]
+            edited = {d.module for d in diffs}
+            required = [d for d in required if d.module in edited]
             base = {s.target: _body(s.edited) for s in plan_swaps(_function_edits(required))}
             swaps = [s for s in plan_swaps(_function_edits(required + diffs))
                      if base.get(s.target) != _body(s.edited)]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import math
 
 
 # rows up to which one row tile spans M: the template reads the weight once, which is
@@ -102,14 +103,12 @@ TALL_TILES = {
 def _tall(p: DowncastMM, dev: Device) -> list[TileConfig]:
     """65-128 rows: the widest 128-row tile whose column tiles fill one wave, then the
     others; 64 columns first where every width takes more than one wave."""
-    tiles = {w: -(-p.n // w) for w in TALL_TILES}
+    tiles = {w: math.ceil(p.n / w) for w in TALL_TILES}
     one_wave = [w for w in TALL_TILES if tiles[w] <= dev.sm_count]
-    if not one_wave:
-        best = 64
-    elif tiles[one_wave[-1]] >= MIN_SM_SHARE * dev.sm_count:
-        best = next(w for w in one_wave if tiles[w] >= MIN_SM_SHARE * dev.sm_count)
-    else:
+    busy = [w for w in one_wave if tiles[w] >= MIN_SM_SHARE * dev.sm_count]
+    if one_wave and not busy:
         return []  # even 32-column tiles leave most SMs idle
+    best = busy[0] if busy else 64
     return [TALL_TILES[best]] + [c for w, c in TALL_TILES.items() if w != best]
 
 
