@@ -5,9 +5,10 @@
 ``DowncastMMChoices`` (kernel/mm_downcast.py) offers the Triton mm template alone where
 the weight is an fp32 -> 16-bit cast used by the matmul alone and one row tile spans M;
 prologue fusion (``config.prologue_fusion_downcast``) then loads the fp32 weight in the
-template. One row lowers to a reduction over K instead
-(fx_passes/decompose_downcast_mm.py). The plan (kernel/mm_downcast_plan.py) is checked as plain
-Python, the code with ``get_code`` (nothing runs), the values on a GPU.
+template. One row lowers to a reduction over K instead, and 129 to 256 rows are swapped,
+``(w @ x.t()).t()`` (fx_passes/decompose_downcast_mm.py). The plan
+(kernel/mm_downcast_plan.py) is checked as plain Python, the code with ``get_code``
+(nothing runs), the values on a GPU.
 """
 
 import dataclasses
@@ -104,6 +105,56 @@ class TestDowncastMMPlan(TestCase):
             self.assertFalse(
                 downcast_plan.reduces_over_k(dataclasses.replace(p, **change))
             )
+
+    def test_rewrite(self):
+        R = downcast_plan.Rewrite
+        dev = downcast_plan.Device(132, H100)
+        p = downcast_plan.DowncastMM(m_max=1, n=4096, k=4096, weight_downcast=True)
+        self.assertIs(downcast_plan.rewrite(p, dev), R.REDUCE_OVER_K)
+        for m, expected in ((2, None), (128, None), (129, R.SWAP), (256, R.SWAP)):
+            p = dataclasses.replace(p, m_max=m)
+            self.assertIs(downcast_plan.rewrite(p, dev), expected)
+        for change in (
+            {"m_max": 257},
+            {"n": 512, "k": 512},
+            {"weight_downcast": False},
+        ):
+            q = dataclasses.replace(p, **change)
+            self.assertIsNone(downcast_plan.rewrite(q, dev))
+
+    def test_swapped(self):
+        # w @ x.t(): the weight is A, M counts its rows, N x's
+        p = downcast_plan.DowncastMM(256, 4096, 4096, weight_downcast=True).swapped()
+        self.assertEqual(
+            (p.m_max, p.n, p.a_downcast, p.weight_downcast), (4096, 256, True, False)
+        )
+        self.assertTrue(p.weight_is_a)
+        # where x's rows are a downcast too, they are B's while one row tile spans M
+        both = dataclasses.replace(p, m_max=128, weight_downcast=True)
+        self.assertFalse(both.weight_is_a)
+
+        def plan(smem=H100, **change):
+            q = dataclasses.replace(p, **change)
+            return downcast_plan.plan(q, downcast_plan.Device(132, smem))
+
+        def tile(**change):
+            cfg = plan(**change).configs[0]
+            return cfg.BLOCK_M, cfg.BLOCK_N
+
+        # 128 weight rows a tile, spanning x's rows, where those tiles fill one wave;
+        # two tiles of 64 rows where those do; else 64 rows spanning x's in more waves
+        self.assertEqual(tile(m_max=14336), (128, 256))
+        self.assertEqual(tile(), (64, 128))
+        self.assertEqual(tile(m_max=18944), (64, 256))
+        self.assertEqual(tile(m_max=14336, n=100), (128, 128))
+        D = downcast_plan.Decline
+        self.assertIs(plan(m_max=2048).decline, D.FEW_TILES)
+        self.assertIs(plan(n=257).decline, D.TOO_MANY_ROWS)
+        self.assertIs(plan(a_downcast=False).decline, D.NOT_A_DOWNCAST)
+        for smem in (SMALL, A100, H100):
+            for m_max in (4096, 14336, 18944):
+                (cfg,) = plan(smem, m_max=m_max).configs
+                self.assertLessEqual(cfg.smem_bytes(4, 2), smem)
 
     def test_neighbours(self):
         p = downcast_plan.DowncastMM(m_max=16, n=4096, k=4096, weight_downcast=True)
@@ -236,10 +287,24 @@ class TestDowncastMM(TestCase):
         self.check_template(code)
         self.assertEqual(counters["inductor"]["decompose_downcast_mm"], 0)
 
-    @parametrize("m", (129, 256))
-    def test_rows_past_one_tile_stay_stock(self, m):
-        code = get_code(torch.compile(linear), *self.inputs(m))[0]
+    @skipIfRocm
+    @parametrize("m", (129, 200, 256))
+    @parametrize("bias", (True, False))
+    def test_rows_past_one_tile_swap(self, m, bias):
+        # w @ x.t(): the template loads the fp32 weight as A and writes the output
+        # column-major, which its transpose views as x @ w's: x's cast (and the
+        # bias's), then the template, and no copy of the output
+        code = get_code(torch.compile(linear), *self.inputs(m, bias=bias))[0]
+        self.check_template(code)
+        self.assertNotIn("16777216", code)  # 4096 x 4096
+        self.assertEqual(code.count("@triton.jit"), 3 if bias else 2)
+        self.assertEqual(counters["inductor"]["swap_downcast_mm"], 1)
+        self.assertEqual(counters["inductor"]["select_algorithm_autotune"], 0)
+
+    def test_rows_past_swapped_tiles_stay_stock(self):
+        code = get_code(torch.compile(linear), *self.inputs(257))[0]
         self.assertNotIn("def triton_tem", code)
+        self.assertEqual(counters["inductor"]["swap_downcast_mm"], 0)
 
     def test_small_weight_stays_stock(self):
         code = get_code(torch.compile(linear), *self.inputs(16, n=256, k=256))[0]
@@ -263,7 +328,7 @@ class TestDowncastMM(TestCase):
 
     @skipIfRocm
     @requires_gpu
-    @parametrize("m", (16, 37, 64, 100))
+    @parametrize("m", (16, 37, 64, 100, 200))
     def test_values(self, m):
         # odd sizes: masked tiles
         x, w, b = self.inputs(m, n=TALL_N - 3, k=2000)

@@ -6,8 +6,9 @@ more bytes than it writes, so an fp32 -> 16-bit cast stays its own kernel: right
 the template re-reads each operand tile many times, wrong where it reads the operand
 about once (a weight at decode), since the cast kernel then costs a write and a read of
 the 16-bit copy more than the in-kernel cast. With the flag, such a downcast fuses when
-the output dim the operand does not span is at most 128 (one tile of the mm
-template's tallest rows); elsewhere the refusal holds.
+the output dim the operand does not span fits one tile: at most 128 rows where it is B
+(the mm template's tallest row tile), 256 columns where it is A (its widest column
+tile); elsewhere the refusal holds.
 
 Set up as test_max_autotune.py's TestPrologueFusion (one Triton config, no fusion
 benchmarking), so the fusion decision is the heuristic's alone; the codegen checks use
@@ -47,6 +48,11 @@ def weight_t_cast(x, w):
 def weight_cast_t(x, w):
     # F.linear's order (autocast's too): the template reads the copy through its transpose
     return x @ w.to(x.dtype).t()
+
+
+def weight_first(x, w):
+    # the weight as A (a swapped matmul, w @ x.t()): its column tiles span x's rows
+    return w.to(x.dtype) @ x.t()
 
 
 def activation_cast(x, w):
@@ -114,15 +120,26 @@ class TestPrologueDowncast(TestCase):
         )[0]
         self.check_kernels(code, 2)
 
+    @parametrize("M", (16, 200, 256, 257))
+    def test_weight_as_a_fuses_up_to_256_columns(self, M):
+        x, w = self.inputs(weight_cast_t, M, 128, 256, torch.bfloat16)
+        code = get_code(torch.compile(weight_first), x, w)[0]
+        if M <= 256:
+            self.check_kernels(code, 1)
+            self.check_cast_in_template(code, torch.bfloat16)
+        else:
+            self.check_kernels(code, 2)
+
     @parametrize("M", (1, 16, 64, 96, 129))
     def test_autocast_linear(self, M):
-        # the weight's cast fuses at decode; the activation's stays a kernel of its own
+        # the weight's cast fuses at decode; the activation's, read by each of more
+        # column tiles than one, stays a kernel of its own
         def fn(x, w):
             with torch.autocast(GPU_TYPE, torch.bfloat16):
                 return torch.nn.functional.linear(x, w)
 
         x = torch.randn(M, 128, device=GPU_TYPE)
-        w = torch.randn(256, 128, device=GPU_TYPE) / 128**0.5
+        w = torch.randn(512, 128, device=GPU_TYPE) / 128**0.5
         code = get_code(torch.compile(fn), x, w)[0]
         if M <= 128:
             self.check_kernels(code, 2)
@@ -181,10 +198,11 @@ class TestPrologueDowncast(TestCase):
         self.assertNotIn(True, reorders)
 
     def test_activation_downcast_refused(self):
-        # test_max_autotune.py's test_downcast, flag on: x is re-read once per column tile
+        # test_max_autotune.py's test_downcast, flag on, and more columns than the
+        # widest column tile: x is re-read once per column tile
         code = get_code(
             torch.compile(activation_cast),
-            *self.inputs(activation_cast, 64, 128, 256, torch.float16),
+            *self.inputs(activation_cast, 64, 128, 512, torch.float16),
         )[0]
         self.check_kernels(code, 2)
 

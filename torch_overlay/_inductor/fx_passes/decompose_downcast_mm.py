@@ -1,15 +1,19 @@
-"""One row over a downcast weight as a reduction over K (``config.downcast_mm_template``).
+"""Matmuls over a downcast weight rewritten so the weight is read once (``config.downcast_mm_template``).
 
-An mm or addmm of one row (decode) over a single-use fp32 -> 16-bit cast of its weight
-reads the weight once. As a reduction over K its loads fuse the cast: the weight is read
-once, as fp32, in one kernel where stock runs two (the cast, the GEMM). The pass rewrites
-the matmul as decompose_mem_bound_mm does, ``sum(x[:, :, None] * w[None], 1)``, but leaves
-the cast to be inlined: a realized cast of a [K, N] weight (Conv1D's) would not fuse into
-the split reduction over K, which reads it in another loop order. The activation is
-realized, as upstream's decomposition realizes both operands: inlined, its producer (a
-norm) would be recomputed for every row of an [N, K] weight, reading three times the bytes
-of a 16-bit copy. An addmm's bias is added in the reduction's last kernel, in fp32 before
-the output's rounding.
+An mm or addmm over a single-use fp32 -> 16-bit cast of its weight (kernel/mm_downcast.py's
+``downcast_rewrite`` decides):
+
+- One row (decode) is rewritten as decompose_mem_bound_mm rewrites a memory-bound mm,
+  ``sum(x[:, :, None] * w[None], 1)``: its loads fuse the cast, one kernel where stock runs
+  two (the cast, the GEMM). The cast is left to be inlined: a realized cast of a [K, N]
+  weight (Conv1D's) would not fuse into the split reduction over K, which reads it in
+  another loop order. The activation is realized, as upstream's decomposition realizes
+  both operands: inlined, its producer (a norm) would be recomputed for every row of an
+  [N, K] weight, reading three times the bytes of a 16-bit copy. An addmm's bias is added
+  in the reduction's last kernel, in fp32 before the output's rounding.
+- More rows than one row tile of the mm template spans are swapped, ``(w @ x.t()).t()``:
+  the weight is the template's A operand, its column tiles span x's rows, and prologue
+  fusion loads it as fp32. An addmm's bias stays in the template's epilogue, as a column.
 """
 
 from __future__ import annotations
@@ -18,7 +22,8 @@ from typing import Any
 
 import torch
 from torch._dynamo.utils import counters
-from torch._inductor.kernel.mm_downcast import downcast_one_row_reduces
+from torch._inductor.kernel.mm_downcast import downcast_rewrite
+from torch._inductor.kernel.mm_downcast_plan import Rewrite
 from torch._inductor.pattern_matcher import (
     Arg,
     CallFunction,
@@ -33,10 +38,22 @@ aten = torch.ops.aten
 DECOMPOSE_DOWNCAST_MM = PatternMatcherPass(pass_name="decompose_downcast_mm")
 
 
-def _reduces(match: Match) -> bool:
+def _rewrite(match: Match) -> Rewrite | None:
     node = match.output_node()
     # alpha and beta other than 1 are left to addmm
-    return not node.kwargs and downcast_one_row_reduces(*node.args[-2:])
+    if node.kwargs:
+        return None
+    how = downcast_rewrite(*node.args[-2:])
+    if how is Rewrite.SWAP and node.target is aten.addmm.default:
+        # F.linear's bias, one per output column, becomes a column of the swapped output
+        bias = node.args[0].meta.get("val")
+        if not (isinstance(bias, torch.Tensor) and bias.dim() == 1):
+            return None
+    return how
+
+
+def _rewrites(match: Match) -> bool:
+    return _rewrite(match) is not None
 
 
 def _realize(mat1: Any) -> None:
@@ -48,13 +65,35 @@ def _reduction(mat1: torch.Tensor, mat2: torch.Tensor) -> torch.Tensor:
     return torch.sum(mat1.unsqueeze(2) * mat2.unsqueeze(0), dim=1)
 
 
+def _swapped(mat1: torch.Tensor, mat2: torch.Tensor) -> torch.Tensor:
+    return torch.mm(mat2.t(), mat1.t()).t()
+
+
+def _swapped_addmm(
+    bias: torch.Tensor, mat1: torch.Tensor, mat2: torch.Tensor
+) -> torch.Tensor:
+    return torch.addmm(bias.unsqueeze(1), mat2.t(), mat1.t()).t()
+
+
+def _count(how: Rewrite | None) -> None:
+    name = {
+        Rewrite.REDUCE_OVER_K: "decompose_downcast_mm",
+        Rewrite.SWAP: "swap_downcast_mm",
+    }
+    counters["inductor"][name[how]] += 1
+
+
 @register_graph_pattern(
     CallFunction(aten.mm, Arg(), Arg()),
     pass_dict=DECOMPOSE_DOWNCAST_MM,
-    extra_check=_reduces,
+    extra_check=_rewrites,
 )
 def decompose_mm(match: Match, mat1: Any, mat2: Any) -> None:
-    counters["inductor"]["decompose_downcast_mm"] += 1
+    how = _rewrite(match)
+    _count(how)
+    if how is Rewrite.SWAP:
+        match.replace_by_example(_swapped, [mat1, mat2])
+        return
     match.replace_by_example(_reduction, [mat1, mat2])
     _realize(mat1)
 
@@ -62,12 +101,16 @@ def decompose_mm(match: Match, mat1: Any, mat2: Any) -> None:
 @register_graph_pattern(
     CallFunction(aten.addmm, Arg(), Arg(), Arg()),
     pass_dict=DECOMPOSE_DOWNCAST_MM,
-    extra_check=_reduces,
+    extra_check=_rewrites,
 )
 def decompose_addmm(match: Match, bias: Any, mat1: Any, mat2: Any) -> None:
     def repl(bias: torch.Tensor, mat1: torch.Tensor, mat2: torch.Tensor) -> Any:
         return _reduction(mat1, mat2) + bias
 
-    counters["inductor"]["decompose_downcast_mm"] += 1
+    how = _rewrite(match)
+    _count(how)
+    if how is Rewrite.SWAP:
+        match.replace_by_example(_swapped_addmm, [bias, mat1, mat2])
+        return
     match.replace_by_example(repl, [bias, mat1, mat2])
     _realize(mat1)

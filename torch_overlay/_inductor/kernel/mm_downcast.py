@@ -9,9 +9,10 @@ contributor, offers the Triton mm template instead where each of its row tiles s
 so nothing is benchmarked, beside the other choices under max-autotune. The scheduler
 then fuses the cast into the template's load of the weight as a prologue
 (``config.prologue_fusion_downcast``): the weight is read once, as fp32, and cast in
-registers. One row is rewritten after grad as a reduction over K instead
-(``downcast_one_row_reduces``, asked by fx_passes/decompose_downcast_mm.py), whose loads
-fuse the cast.
+registers. Before lowering, fx_passes/decompose_downcast_mm.py rewrites what
+``downcast_rewrite`` says: one row as a reduction over K, whose loads fuse the cast; more
+rows than one row tile spans as ``w @ x.t()``, transposed back, where the weight is the
+template's A operand and its column tiles span x's rows.
 """
 
 from __future__ import annotations
@@ -21,11 +22,14 @@ from typing import Any, TYPE_CHECKING
 from torch._inductor import config
 from torch._inductor.choices import InductorChoices, register_inductor_choices
 from torch._inductor.heuristics.template.downcast_mm import (
+    downcast_device,
     DOWNCAST_OPS,
+    downcast_problem,
     downcast_problem_fx,
 )
+from torch._inductor.ir import FixedLayout
 from torch._inductor.kernel.mm import mm_template
-from torch._inductor.kernel.mm_downcast_plan import reduces_over_k
+from torch._inductor.kernel.mm_downcast_plan import Rewrite, rewrite
 from torch._inductor.kernel_inputs import MMKernelInputs
 from torch._inductor.select_algorithm import ExternKernelChoice
 from torch._inductor.utils import use_triton_template
@@ -34,13 +38,23 @@ if TYPE_CHECKING:
     from torch._inductor.kernel_inputs import KernelInputs
 
 
-def downcast_one_row_reduces(mat1: Any, mat2: Any) -> bool:
-    """A matmul of these FX operands (an mm's, an addmm's) is one row over a single-use
-    downcast of an fp32 weight: as a reduction over K, the weight is read once, as fp32."""
+def downcast_rewrite(mat1: Any, mat2: Any) -> Rewrite | None:
+    """How to rewrite a matmul of these FX operands (an mm's, an addmm's) over a
+    single-use downcast of an fp32 weight, so that the weight is read once, as fp32."""
     if not config.downcast_mm_template:
-        return False
+        return None
     problem = downcast_problem_fx(mat1, mat2)
-    return problem is not None and reduces_over_k(problem)
+    if problem is None:
+        return None
+    return rewrite(problem, downcast_device(mat2.meta["val"].device))
+
+
+def _column_major(layout: Any) -> bool:
+    return (
+        isinstance(layout, FixedLayout)
+        and len(layout.size) == 2
+        and list(layout.stride) == [1, layout.size[0]]
+    )
 
 
 class DowncastMMChoices(InductorChoices):
@@ -75,11 +89,25 @@ class DowncastMMChoices(InductorChoices):
         downcast = list(self.get_ktc(kernel_inputs, mm_template, DOWNCAST_OPS[op_name]))
         if not downcast:
             return choices
-        if config.max_autotune or config.max_autotune_gemm:
-            return choices + downcast
-        return downcast
+        autotune = config.max_autotune or config.max_autotune_gemm
+        offered = choices + downcast if autotune else downcast
+        problem = downcast_problem(kernel_inputs, op_name)
+        if problem is not None and problem.weight_is_a:
+            # swapped, w @ x.t(): written column-major, its transpose is x @ w's
+            # row-major output, which the rewrite's .t() then views without a copy
+            layout = kernel_inputs.output_layout(flexible=False)
+            transposed = FixedLayout(
+                layout.device, layout.dtype, layout.size, [1, layout.size[0]]
+            )
+            for ktc in offered:
+                ktc.layout = transposed
+                if hasattr(ktc, "_choice"):
+                    del ktc._choice
+        return offered
 
     def _need_to_fix_layout(self, adjusted_choices: list[Any], op_name: str) -> bool:
+        if adjusted_choices and all(_column_major(c.layout) for c in adjusted_choices):
+            return False  # fixed already: the swapped matmul's
         # a template chosen in default mode needs its output layout fixed, as under
         # max-autotune
         if any(

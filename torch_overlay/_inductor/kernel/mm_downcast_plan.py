@@ -5,8 +5,10 @@ the weight of a decode-sized matmul is an fp32 tensor cast to 16 bits in front o
 stock Inductor writes the 16-bit copy in a kernel of its own and reads it back in the
 GEMM, 8 bytes moved per weight element where the matmul needs 4. Where each row tile of
 the template spans every row (M at most ``MAX_ROWS``), the template reads the weight once,
-so prologue fusion can load it as fp32 and cast it in registers. ``plan`` says whether to
-offer the mm template for such a matmul, and with which tile configs.
+so prologue fusion can load it as fp32 and cast it in registers. Up to ``MAX_SWAPPED_ROWS``
+the matmul is swapped (``rewrite``): as ``w @ x.t()`` the weight is the A operand, whose
+column tiles span x's rows. ``plan`` says whether to offer the mm template for such a
+matmul, and with which tile configs; ``rewrite`` which matmuls to rewrite first.
 """
 
 from __future__ import annotations
@@ -19,6 +21,11 @@ import math
 # rows up to which one row tile spans M: the template reads the weight once, which is
 # where the downcast prologue fuses (Scheduler.check_prologue_fusion_heuristics_fusable)
 MAX_ROWS = 128
+# rows of x up to which the weight, swapped into A, is read about once: one column tile
+# of the widest (256) spans them, or two of 128 read it at once, the second from the L2;
+# wgmma reads the A operand's cast from registers, where B's goes back through shared
+# memory
+MAX_SWAPPED_ROWS = 256
 # the smallest weight (elements) measured to gain: below it the cast kernel is cheap and
 # the GEMM launch-bound
 MIN_WEIGHT_NUMEL = 1024 * 4096
@@ -33,27 +40,53 @@ MIN_SM_SHARE = 0.6
 KN_MAX_COLUMNS = 8192
 
 
+class Rewrite(enum.Enum):
+    """How the graph is rewritten before lowering, so that the weight is read once."""
+
+    REDUCE_OVER_K = "one row: a reduction over K, whose loads fuse the cast"
+    SWAP = "x's rows past one row tile: w @ x.t(), transposed back"
+
+
 class Decline(enum.Enum):
     """Why the mm template is not offered; the stock choices stand."""
 
-    NOT_A_DOWNCAST = "the weight is not a single-use fp32 -> 16-bit cast"
+    NOT_A_DOWNCAST = "neither operand is a single-use fp32 -> 16-bit cast"
     EMPTY = "no rows: nothing to read"
-    TOO_MANY_ROWS = "M may exceed one row tile: the weight would be re-read"
-    FEW_TILES = "too few column tiles of 128 rows to keep the SMs busy"
+    TOO_MANY_ROWS = "x's rows may exceed one tile: the weight would be re-read"
+    FEW_TILES = "too few tiles to keep the SMs busy"
     SMALL_WEIGHT = "the weight is too small for its cast kernel to matter"
     NO_FIT = "no tile config fits shared memory"
 
 
 @dataclasses.dataclass(frozen=True)
 class DowncastMM:
-    """One matmul as the plan sees it: ``[M, K] @ [K, N]``, the weight cast from fp32."""
+    """One matmul as the plan sees it: ``[M, K] @ [K, N]``, the weight cast from fp32:
+    B (``x @ w``), or A (``w @ x.t()``, swapped: M counts the weight's rows, N x's)."""
 
     m_max: int  # the largest M the kernel must serve (M itself where static)
     n: int
     k: int
-    weight_downcast: bool  # the weight is an fp32 tensor cast in front, used once
-    a_itemsize: int = 2  # x as the template loads it (its cast stays a kernel apart)
-    k_contiguous: bool = False  # the weight is [N, K] in memory (F.linear's)
+    weight_downcast: bool  # B is an fp32 tensor cast in front, used once
+    a_downcast: bool = False  # A is
+    x_itemsize: int = 2  # x as the template loads it (its cast stays a kernel apart)
+    k_contiguous: bool = False  # the weight (B) is [N, K] in memory (F.linear's)
+
+    @property
+    def weight_is_a(self) -> bool:
+        """The template reads the weight as A: A is the downcast, and B is not one
+        whose row tile spans M."""
+        return self.a_downcast and not (self.weight_downcast and self.m_max <= MAX_ROWS)
+
+    def swapped(self) -> DowncastMM:
+        """``w @ x.t()`` of this ``x @ w``."""
+        return dataclasses.replace(
+            self,
+            m_max=self.n,
+            n=self.m_max,
+            weight_downcast=self.a_downcast,
+            a_downcast=self.weight_downcast,
+            k_contiguous=False,
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,11 +104,12 @@ class TileConfig:
     num_stages: int
     GROUP_M: int = 8
 
-    def smem_bytes(self, a_itemsize: int) -> int:
+    def smem_bytes(self, a_itemsize: int, b_itemsize: int = 4) -> int:
         """Shared memory Triton allocates: a tile of each operand per stage in flight
         (the weight as fp32), the 16-bit copies tl.dot reads, and headroom."""
         stage = (
-            self.BLOCK_M * self.BLOCK_K * a_itemsize + self.BLOCK_K * self.BLOCK_N * 4
+            self.BLOCK_M * self.BLOCK_K * a_itemsize
+            + self.BLOCK_K * self.BLOCK_N * b_itemsize
         )
         recast = 2 * self.BLOCK_K * max(self.BLOCK_M, self.BLOCK_N) * 2
         return (self.num_stages - 1) * stage + recast + 16 * 1024
@@ -112,6 +146,40 @@ def _tall(p: DowncastMM, dev: Device) -> list[TileConfig]:
     return [TALL_TILES[best]] + [c for w, c in TALL_TILES.items() if w != best]
 
 
+# the weight as A, by the column tiles over x's rows: 128 weight rows spanning them,
+# 64 in two tiles that share the weight through the L2, 64 spanning them
+WEIGHT_ROW_TILES = (
+    TileConfig(128, 256, 64, 8, 3),
+    TileConfig(64, 128, 64, 4, 6),
+    TileConfig(64, 256, 64, 4, 4),
+)
+
+
+def _weight_rows(p: DowncastMM, dev: Device) -> list[TileConfig]:
+    """The weight as A (``p.m_max`` rows, x's ``p.n``): 128-row tiles where they fill
+    one wave, then pairs of 64-row tiles where those do, else 64-row tiles in waves;
+    none where even the pairs leave most SMs idle."""
+    span = 16
+    while span < p.n:
+        span *= 2
+    wide, paired, narrow = (
+        dataclasses.replace(c, BLOCK_N=min(c.BLOCK_N, span)) for c in WEIGHT_ROW_TILES
+    )
+
+    def grid(c: TileConfig) -> int:
+        return math.ceil(p.m_max / c.BLOCK_M) * math.ceil(p.n / c.BLOCK_N)
+
+    if MIN_SM_SHARE * dev.sm_count <= grid(wide) <= dev.sm_count:
+        best = wide
+    elif grid(paired) < MIN_SM_SHARE * dev.sm_count:
+        return []
+    elif grid(paired) <= dev.sm_count:
+        best = paired
+    else:
+        best = narrow
+    return [best] + [c for c in (wide, paired, narrow) if c != best]
+
+
 def _preferred(p: DowncastMM, dev: Device) -> list[TileConfig]:
     """Decode tiles, best first: narrow columns until the weight's column tiles fill
     the SMs, a deep K step to keep enough fp32 bytes in flight."""
@@ -128,10 +196,11 @@ def _preferred(p: DowncastMM, dev: Device) -> list[TileConfig]:
 def _fitted(cfg: TileConfig, p: DowncastMM, dev: Device) -> TileConfig | None:
     """``cfg`` with as many stages as fit (two at least), its K step halved while even
     two do not; None where nothing fits."""
+    sizes = (4, p.x_itemsize) if p.weight_is_a else (p.x_itemsize, 4)
     while cfg.BLOCK_K >= 32:
         for stages in range(cfg.num_stages, 1, -1):
             fitted = dataclasses.replace(cfg, num_stages=stages)
-            if fitted.smem_bytes(p.a_itemsize) <= dev.smem_per_block:
+            if fitted.smem_bytes(*sizes) <= dev.smem_per_block:
                 return fitted
         cfg = dataclasses.replace(cfg, BLOCK_K=cfg.BLOCK_K // 2)
     return None
@@ -147,18 +216,29 @@ def reduces_over_k(p: DowncastMM) -> bool:
     return p.weight_downcast and p.m_max == 1 and fits
 
 
+def rewrite(p: DowncastMM, dev: Device) -> Rewrite | None:
+    """How to rewrite ``x @ w`` before lowering: one row as a reduction over K; past
+    ``MAX_ROWS`` rows, swapped where the swapped matmul has a plan; else as it is."""
+    if reduces_over_k(p):
+        return Rewrite.REDUCE_OVER_K
+    if p.weight_downcast and p.m_max > MAX_ROWS and plan(p.swapped(), dev).configs:
+        return Rewrite.SWAP
+    return None
+
+
 def plan(p: DowncastMM, dev: Device, *, neighbours: bool = False) -> Plan:
     """The mm template's configs for ``p``: the best alone (default mode, nothing to
     benchmark), or with ``neighbours`` every decode tile that fits (max-autotune)."""
-    if not p.weight_downcast:
+    if not (p.weight_downcast or p.a_downcast):
         return Plan(decline=Decline.NOT_A_DOWNCAST)
-    if p.m_max < 1:
+    rows, weight_rows = (p.n, p.m_max) if p.weight_is_a else (p.m_max, p.n)
+    if rows < 1:
         return Plan(decline=Decline.EMPTY)
-    if p.m_max > MAX_ROWS:
+    if rows > (MAX_SWAPPED_ROWS if p.weight_is_a else MAX_ROWS):
         return Plan(decline=Decline.TOO_MANY_ROWS)
-    if p.n * p.k < MIN_WEIGHT_NUMEL:
+    if weight_rows * p.k < MIN_WEIGHT_NUMEL:
         return Plan(decline=Decline.SMALL_WEIGHT)
-    preferred = _preferred(p, dev)
+    preferred = _weight_rows(p, dev) if p.weight_is_a else _preferred(p, dev)
     if not preferred:
         return Plan(decline=Decline.FEW_TILES)
     fitted = [c for c in (_fitted(c, p, dev) for c in preferred) if c]

@@ -7,6 +7,7 @@ yield kernel/mm_downcast_plan.py's configs, none where the plan declines.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, TYPE_CHECKING
 
 import sympy
@@ -92,7 +93,7 @@ def downcast_problem_fx(mat1: Any, mat2: Any) -> DowncastMM | None:
         n=n,
         k=k,
         weight_downcast=_fx_downcast(mat2),
-        a_itemsize=a.dtype.itemsize,
+        x_itemsize=a.dtype.itemsize,
         k_contiguous=isinstance(stride, int) and stride == 1,
     )
 
@@ -113,14 +114,17 @@ def _reads_fp32_downcast(node: Any) -> bool:
     )
 
 
-def _weight_downcast(kernel_inputs: MMKernelInputs, op_name: str) -> bool:
-    """The lowered matmul's weight (mat2) is an fp32 tensor cast to 16 bits for it alone."""
+def _downcast_operand(
+    kernel_inputs: MMKernelInputs, op_name: str, operand: int
+) -> bool:
+    """The lowered matmul's mat1 (``operand`` 0) or mat2 (1) is an fp32 tensor cast to
+    16 bits for it alone."""
     node = V.graph.current_node
-    index = {"mm": 1, "addmm": 2}[op_name]
+    index = {"mm": 0, "addmm": 1}[op_name] + operand
     if node is None or len(node.args) <= index:
         return False
     return _single_use_cast(node.args[index]) is not None and _reads_fp32_downcast(
-        kernel_inputs.mat1mat2()[1]
+        kernel_inputs.mat1mat2()[operand]
     )
 
 
@@ -141,13 +145,15 @@ def downcast_problem(kernel_inputs: MMKernelInputs, op_name: str) -> DowncastMM 
         return None
     if not isinstance(k, (int, sympy.Integer)):
         return None
-    return DowncastMM(
+    p = DowncastMM(
         m_max=m_max,
         n=int(n),
         k=int(k),
-        weight_downcast=_weight_downcast(kernel_inputs, op_name),
-        a_itemsize=kernel_inputs.mat1mat2()[0].get_dtype().itemsize,
+        weight_downcast=_downcast_operand(kernel_inputs, op_name, 1),
+        a_downcast=_downcast_operand(kernel_inputs, op_name, 0),
     )
+    x = kernel_inputs.mat1mat2()[1 if p.weight_is_a else 0]
+    return dataclasses.replace(p, x_itemsize=x.get_dtype().itemsize)
 
 
 def downcast_device(device: torch.device) -> Device:
