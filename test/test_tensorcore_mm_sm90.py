@@ -50,7 +50,8 @@ def compile_for(name: str, src: str, cc: int = 90) -> dict:
 
     triton_meta = eval(re.search(r"triton_meta=(\{.*?\}),\n", src, re.S).group(1),
                        {"DeviceProperties": DeviceProperties})
-    cfg = config_of(src)
+    warps, stages = (int(re.search(rf"{k}=(\d+)", src).group(1))
+                     for k in ("num_warps", "num_stages"))
     with tempfile.TemporaryDirectory() as d:
         path = pathlib.Path(d) / f"{name}.py"
         path.write_text("import triton\nimport triton.language as tl\n"
@@ -62,7 +63,7 @@ def compile_for(name: str, src: str, cc: int = 90) -> dict:
             ASTSource(fn=getattr(module, name), signature=triton_meta["signature"],
                       attrs=triton_meta["configs"][0]),
             target=GPUTarget("cuda", cc, 32),
-            options={"num_warps": cfg.num_warps, "num_stages": cfg.num_stages},
+            options={"num_warps": warps, "num_stages": stages},
         )
         ptx = compiled.asm["ptx"]
         # the ptxas Triton itself uses for the arch (its newest, where the bundled ptxas

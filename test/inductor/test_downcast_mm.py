@@ -133,9 +133,9 @@ class TestDowncastMMPlan(TestCase):
         both = dataclasses.replace(p, m_max=128, weight_downcast=True)
         self.assertFalse(both.weight_is_a)
 
-        def plan(smem=H100, **change):
+        def plan(smem=H100, cc=90, **change):
             q = dataclasses.replace(p, **change)
-            return downcast_plan.plan(q, downcast_plan.Device(132, smem))
+            return downcast_plan.plan(q, downcast_plan.Device(132, smem, cc))
 
         def tile(**change):
             cfg = plan(**change).configs[0]
@@ -147,6 +147,8 @@ class TestDowncastMMPlan(TestCase):
         self.assertEqual(tile(), (64, 128))
         self.assertEqual(tile(m_max=18944), (64, 256))
         self.assertEqual(tile(m_max=14336, n=100), (128, 128))
+        # before wgmma, a 256-column accumulator spills: 128 columns of x's rows
+        self.assertEqual(tile(m_max=14336, cc=80)[1], 128)
         D = downcast_plan.Decline
         self.assertIs(plan(m_max=2048).decline, D.FEW_TILES)
         self.assertIs(plan(n=257).decline, D.TOO_MANY_ROWS)

@@ -93,6 +93,12 @@ class DowncastMM:
 class Device:
     sm_count: int
     smem_per_block: int  # bytes a program may use (the opt-in maximum)
+    cc: int = 90  # compute capability: from 90, wgmma
+
+
+# below sm_90, mma.sync's accumulator of a 256-column tile spills: x's rows in tiles of
+# 128 columns there
+WGMMA_CC = 90
 
 
 @dataclasses.dataclass(frozen=True)
@@ -162,6 +168,8 @@ def _weight_rows(p: DowncastMM, dev: Device) -> list[TileConfig]:
     span = 16
     while span < p.n:
         span *= 2
+    if dev.cc < WGMMA_CC:
+        span = min(span, 128)
     wide, paired, narrow = (
         dataclasses.replace(c, BLOCK_N=min(c.BLOCK_N, span)) for c in WEIGHT_ROW_TILES
     )

@@ -161,6 +161,7 @@ def downcast_device(device: torch.device) -> Device:
     return Device(
         sm_count=props.multi_processor_count,
         smem_per_block=getattr(props, "shared_memory_per_block_optin", 0) or 48 * 1024,
+        cc=props.major * 10 + props.minor,
     )
 
 
