@@ -67,7 +67,7 @@ class DowncastMM:
     n: int
     k: int
     weight_downcast: bool  # B is an fp32 tensor cast in front, used once
-    a_downcast: bool = False  # A is
+    a_downcast: bool = False  # A is one (a swapped matmul's weight)
     x_itemsize: int = 2  # x as the template loads it (its cast stays a kernel apart)
     k_contiguous: bool = False  # the weight (B) is [N, K] in memory (F.linear's)
 
