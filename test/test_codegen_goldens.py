@@ -21,6 +21,7 @@ from torch_overlay.testing.golden import normalize
 
 # the exported test modules, as pytest imports them (test/inductor has no __init__.py)
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent / "inductor"))
+import test_downcast_mm  # noqa: E402
 import test_gelu_add  # noqa: E402
 import test_matmul_meta  # noqa: E402
 import test_tensorcore_mm  # noqa: E402
@@ -80,6 +81,12 @@ GeluAddPointwiseTests = goldens(test_gelu_add, test_gelu_add.GeluAddPointwiseTes
 ] + ["test_broadcast_residual"])
 GeluAddEpilogueTests = goldens(test_gelu_add, test_tensorcore_mm_gelu_add.GeluAddEpilogueTests, [
     f"test_gemm_epilogue_bf16_approximate_{a}" for a in APPROXIMATIONS])
+TestDowncastMM = goldens(test_downcast_mm, test_downcast_mm.TestDowncastMM, [
+    "test_decode_takes_the_template_m_16_bias_True",
+    "test_decode_takes_the_template_m_100_bias_False",
+    "test_one_row_with_bias_reduces",
+    "test_one_row_kn_weight_reduces",
+    "test_rows_past_one_tile_swap_m_200_bias_True"])
 TestMatmulMetaCUDACodegen = goldens(test_matmul_meta, test_matmul_meta.TestMatmulMetaCUDACodegen,
                                     ["test_autocast_linear"])
 
