@@ -16,7 +16,7 @@ from torch._inductor.kernel import mm_downcast_plan as plan
 from torch._inductor.utils import fresh_cache, get_code, is_big_gpu
 
 from test_tensorcore_mm_sm90 import compile_for
-from test_tensorcore_mm import kernel_source, template_kernels
+from test_tensorcore_mm import constexpr, kernel_source, template_kernels
 
 # (M, N, K): decode, 65-128 rows in 128-row tiles, 129-256 rows swapped (pairs of 64-row
 # weight tiles, 128-row ones, 64-row ones in waves)
@@ -30,12 +30,10 @@ def linear(x, w, b):
 
 
 def config_of(src: str) -> plan.TileConfig:
-    def get(name):
-        return int(re.search(rf"{name} : tl.constexpr = (\d+)", src).group(1))
-
-    return plan.TileConfig(get("BLOCK_M"), get("BLOCK_N"), get("BLOCK_K"),
-                           int(re.search(r"num_warps=(\d+)", src).group(1)),
-                           int(re.search(r"num_stages=(\d+)", src).group(1)))
+    blocks = (constexpr(src, f"BLOCK_{d}") for d in "MNK")
+    warps, stages = (int(re.search(rf"{k}=(\d+)", src).group(1))
+                     for k in ("num_warps", "num_stages"))
+    return plan.TileConfig(*blocks, warps, stages)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a (faked) CUDA device")

@@ -75,12 +75,14 @@ def _swapped_addmm(
     return torch.addmm(bias.unsqueeze(1), mat2.t(), mat1.t()).t()
 
 
+_COUNTERS = {
+    Rewrite.REDUCE_OVER_K: "decompose_downcast_mm",
+    Rewrite.SWAP: "swap_downcast_mm",
+}
+
+
 def _count(how: Rewrite | None) -> None:
-    name = {
-        Rewrite.REDUCE_OVER_K: "decompose_downcast_mm",
-        Rewrite.SWAP: "swap_downcast_mm",
-    }
-    counters["inductor"][name[how]] += 1
+    counters["inductor"][_COUNTERS[how]] += 1
 
 
 @register_graph_pattern(
