@@ -11,8 +11,11 @@ template. One row lowers to a reduction over K instead, and 129 to 256 rows are 
 (nothing runs), the values on a GPU.
 """
 
+import contextlib
 import dataclasses
+import math
 import types
+from unittest import mock
 
 import sympy
 
@@ -35,6 +38,20 @@ from torch.testing._internal.common_utils import (
 )
 from torch.testing._internal.inductor_utils import GPU_TYPE, HAS_GPU
 from torch.testing._internal.triton_utils import requires_gpu
+
+
+@contextlib.contextmanager
+def tolerate_dynamic_outputs():
+    # get_code's stand-in module returns None; AOTAutograd then marks dynamic dims on it
+    from torch._functorch._aot_autograd import runtime_wrappers
+
+    mark = runtime_wrappers.mark_dynamo_propagated_dynamic_indices
+    with mock.patch.object(
+        runtime_wrappers,
+        "mark_dynamo_propagated_dynamic_indices",
+        lambda t, dims: None if t is None else mark(t, dims),
+    ):
+        yield
 
 
 def linear(x, w, b=None):
@@ -167,8 +184,47 @@ class TestDowncastMMPlan(TestCase):
         self.assertEqual(len(set(configs)), len(configs))
 
 
+class TestDowncastMMDispatch(TestCase):
+    def dispatch(self, m_max, m_hint=4, n=4096, smem=H100, sms=132):
+        p = downcast_plan.DowncastMM(
+            m_max=m_max, n=n, k=4096, weight_downcast=True, m_hint=m_hint
+        )
+        return downcast_plan.dispatch(p, downcast_plan.Device(sms, smem))
+
+    def test_dispatch_hints(self):
+        # the hint nearest M in log2 (the lower on a tie), as the size-hint
+        # multi-kernel picks, is that of M's range
+        for bounds in ((16, 64, 128), (64, 128), (16, 100)):
+            hints = downcast_plan.dispatch_hints(bounds)
+            self.assertEqual(list(hints), sorted(set(hints)))
+            for m in range(1, 2 * bounds[-1]):
+                dist = [abs(math.log2(m) - math.log2(h)) for h in hints]
+                want = next(
+                    (i for i, b in enumerate(bounds) if m <= b), len(bounds) - 1
+                )
+                self.assertEqual(dist.index(min(dist)), want, (bounds, m))
+
+    def test_a_kernel_per_range(self):
+        for smem in (SMALL, A100, H100):
+            kernels = self.dispatch(128, smem=smem, n=TALL_N)
+            self.assertEqual([q.bound for q in kernels], [16, 64, 128])
+            self.assertEqual([q.config.BLOCK_M for q in kernels], [16, 64, 128])
+            for q in kernels:
+                sizes = (2, 4)
+                self.assertLessEqual(q.config.smem_bytes(*sizes), smem)
+        self.assertEqual([q.bound for q in self.dispatch(40)], [16, 40])
+
+    def test_no_dispatch(self):
+        # static, one range, or rows past one tile (each row tile would cast the
+        # weight again: stock)
+        self.assertEqual(self.dispatch(128, m_hint=0), ())
+        self.assertEqual(self.dispatch(16), ())
+        self.assertEqual(self.dispatch(129), ())
+        self.assertEqual(self.dispatch(downcast_plan.M_UNBOUNDED), ())
+
+
 class TestDowncastMMProblem(TestCase):
-    def test_unbounded_m_has_no_plan(self):
+    def test_m_range(self):
         # a symbolic M without a maximum: its bound is torch's int_oo, which sympy calls
         # finite but no integer can hold
         shape_env = ShapeEnv()
@@ -176,13 +232,17 @@ class TestDowncastMMProblem(TestCase):
             8, source=ConstantSource("m"), dynamic_dim=DimDynamic.DYNAMIC
         )
         graph = types.SimpleNamespace(
-            sizevars=types.SimpleNamespace(shape_env=shape_env)
+            sizevars=types.SimpleNamespace(
+                shape_env=shape_env, optimization_hint=lambda e: 8
+            )
         )
         with V.set_graph_handler(graph):
-            self.assertIsNone(downcast_heuristics._m_max(m))
-            self.assertEqual(downcast_heuristics._m_max(sympy.Integer(8)), 8)
+            self.assertEqual(
+                downcast_heuristics._m_range(m), (downcast_plan.M_UNBOUNDED, 8)
+            )
+            self.assertEqual(downcast_heuristics._m_range(sympy.Integer(8)), (8, 0))
             shape_env.constrain_symbol_range(m, compiler_min=2, compiler_max=64)
-            self.assertEqual(downcast_heuristics._m_max(m), 64)
+            self.assertEqual(downcast_heuristics._m_range(m), (64, 8))
 
 
 @instantiate_parametrized_tests
@@ -308,6 +368,40 @@ class TestDowncastMM(TestCase):
         self.assertNotIn("def triton_tem", code)
         self.assertEqual(counters["inductor"]["swap_downcast_mm"], 0)
 
+    def dynamic_code(self, m_max, m=4):
+        """The code for x of ``m`` rows, M marked dynamic up to ``m_max`` (None:
+        unbounded)."""
+
+        def fn(x, w, b):
+            torch._dynamo.mark_dynamic(
+                x, 0, **({} if m_max is None else {"min": 2, "max": m_max})
+            )
+            return torch.compile(linear)(x, w, b)
+
+        torch._dynamo.reset()
+        with tolerate_dynamic_outputs():
+            return get_code(fn, *self.inputs(m, TALL_N))
+
+    @skipIfRocm
+    def test_dynamic_m_dispatches(self):
+        # a kernel per range of M, the one of M's range picked at run time by the
+        # size-hint multi-kernel; no guard on M and nothing benchmarked
+        src = "\n".join(c for c in self.dynamic_code(128) if c)
+        self.check_template(src)
+        FileCheck().check("async_compile.size_hint_multi_kernel(").check(
+            "multi_kernel_0.run("
+        ).run(src)
+        self.assertEqual(src.count("def triton_tem"), 3)
+        for block_m in (16, 64, 128):
+            self.assertIn(f"BLOCK_M : tl.constexpr = {block_m}\n", src)
+        self.assertEqual(counters["inductor"]["downcast_mm_size_hint_dispatch"], 1)
+        self.assertEqual(counters["inductor"]["select_algorithm_autotune"], 0)
+
+    def test_unbounded_m_stays_stock(self):
+        src = "\n".join(c for c in self.dynamic_code(None) if c)
+        self.assertNotIn("def triton_tem", src)
+        self.assertEqual(counters["inductor"]["downcast_mm_size_hint_dispatch"], 0)
+
     def test_small_weight_stays_stock(self):
         code = get_code(torch.compile(linear), *self.inputs(16, n=256, k=256))[0]
         self.assertNotIn("def triton_tem", code)
@@ -343,6 +437,24 @@ class TestDowncastMM(TestCase):
         self.assertLessEqual(
             (out.double() - ref).norm(), 1.01 * (expected.double() - ref).norm()
         )
+
+    @skipIfRocm
+    @requires_gpu
+    def test_dynamic_m_values(self):
+        # M across the ranges in one graph, each run's kernel picked at run time
+        compiled = torch.compile(linear)
+        _, w, b = self.inputs(1, n=TALL_N - 3, k=2000)
+        for m in (4, 3, 16, 17, 64, 65, 128):
+            x = torch.randn(m, 2000, device=GPU_TYPE)
+            torch._dynamo.mark_dynamic(x, 0, min=2, max=128)
+            out = compiled(x, w, b)
+            expected = linear(x, w, b)
+            ref = F.linear(x.double(), w.double(), b.double())
+            self.assertEqual(out, expected, atol=0.05, rtol=0.05)
+            self.assertLessEqual(
+                (out.double() - ref).norm(), 1.01 * (expected.double() - ref).norm()
+            )
+        self.assertEqual(counters["inductor"]["downcast_mm_size_hint_dispatch"], 1)
 
     @requires_gpu
     @parametrize("bias", (True, False))

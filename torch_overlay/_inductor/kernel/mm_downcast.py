@@ -12,14 +12,21 @@ then fuses the cast into the template's load of the weight as a prologue
 registers. Before lowering, fx_passes/decompose_downcast_mm.py rewrites what
 ``downcast_rewrite`` says: one row as a reduction over K, whose loads fuse the cast; more
 rows than one row tile spans as ``w @ x.t()``, transposed back, where the weight is the
-template's A operand and its column tiles span x's rows.
+template's A operand and its column tiles span x's rows. A symbolic M that may pass one
+row tile gets a kernel per range of M (``mm_downcast_plan.dispatch``), and Inductor's
+size-hint multi-kernel runs the one of M's range, with no guard on M.
 """
 
 from __future__ import annotations
 
+import copy
+import functools
+import math
+import operator
 from typing import Any, TYPE_CHECKING
 
-from torch._inductor import config
+from torch._dynamo.utils import counters
+from torch._inductor import config, ir
 from torch._inductor.choices import InductorChoices, register_inductor_choices
 from torch._inductor.heuristics.template.downcast_mm import (
     downcast_device,
@@ -27,12 +34,13 @@ from torch._inductor.heuristics.template.downcast_mm import (
     downcast_problem,
     downcast_problem_fx,
 )
-from torch._inductor.ir import FixedLayout
+from torch._inductor.ir import ChoiceCaller, FixedLayout
 from torch._inductor.kernel.mm import mm_template
 from torch._inductor.kernel.mm_downcast_plan import Rewrite, rewrite
 from torch._inductor.kernel_inputs import MMKernelInputs
 from torch._inductor.select_algorithm import ExternKernelChoice
 from torch._inductor.utils import use_triton_template
+from torch._inductor.virtualized import V
 
 if TYPE_CHECKING:
     from torch._inductor.kernel_inputs import KernelInputs
@@ -55,6 +63,66 @@ def _column_major(layout: Any) -> bool:
         and len(layout.size) == 2
         and list(layout.stride) == [1, layout.size[0]]
     )
+
+
+class SizeHintDispatch(ChoiceCaller):
+    """The mm template's kernels for a symbolic M, one per range of M, keyed by each
+    range's size hint; Inductor's size-hint multi-kernel runs the kernel whose hint is
+    nearest M in log2. The plan chose them: nothing is timed, and nothing guards M."""
+
+    def __init__(self, callers: dict[int | None, Any]) -> None:
+        own = callers[None]
+        super().__init__(own.name, own.input_nodes, own.layout, "size-hint dispatch")
+        self.callers = callers
+
+    def pick(self, hint: int | None) -> Any:
+        """The caller the multi-kernel runs at M = ``hint`` (None: the size hint)."""
+        if hint is None:
+            return self.callers[None]
+        return self.callers[_nearest(self.callers, hint)]
+
+    def output_node(self) -> ir.TensorBox:
+        choices = list(dict.fromkeys(self.callers.values()))
+        buffer = ir.MultiTemplateBuffer(
+            self.layout,
+            self.input_nodes,
+            lambda hint_override=None: {self.pick(hint_override): 0.0},
+            choices,
+            functools.reduce(operator.or_, (c.allowed_prologue_inps for c in choices)),
+        )
+        buffer.finalize_as_triton_callers(self.callers)
+        # chosen here: the scheduler fuses into it without benchmarking choices
+        buffer.planned_choices = True
+        counters["inductor"]["downcast_mm_size_hint_dispatch"] += 1
+        return ir.TensorBox.create(buffer)
+
+
+def _nearest(hints: Any, m: int) -> int:
+    """The hint nearest ``m`` in log2, the lower on a tie, as ``SizeHintMultiKernelCall``
+    picks."""
+    hints = sorted(h for h in hints if h is not None)
+    return min(hints, key=lambda h: (abs(math.log2(h) - math.log2(max(m, 1))), h))
+
+
+def _size_hint_dispatch(
+    kernel_inputs: MMKernelInputs, downcast: list[Any], hints: list[int]
+) -> Any:
+    """One choice: the kernels of ``downcast`` (one per size hint of ``hints``) as a
+    ``SizeHintDispatch``; None where a kernel cannot be made."""
+    layout = kernel_inputs.output_layout(flexible=False)
+    for ktc in downcast:
+        ktc.layout = layout
+        if hasattr(ktc, "_choice"):
+            del ktc._choice
+    callers: dict[int | None, Any] = dict(zip(hints, (k.choice for k in downcast)))
+    if any(c is None for c in callers.values()):
+        return None
+    m_hint = V.graph.sizevars.optimization_hint(kernel_inputs.mnk_symbolic()[0])
+    own = _nearest(hints, m_hint)
+    callers[None] = callers[own]
+    ktc = copy.copy(downcast[hints.index(own)])
+    ktc._choice = SizeHintDispatch(callers)
+    return ktc
 
 
 class DowncastMMChoices(InductorChoices):
@@ -89,6 +157,11 @@ class DowncastMMChoices(InductorChoices):
         downcast = list(self.get_ktc(kernel_inputs, mm_template, DOWNCAST_OPS[op_name]))
         if not downcast:
             return choices
+        hints = [ktc.params.to_kwargs().get("hint_override") for ktc in downcast]
+        if hints[0] is not None:
+            # a symbolic M: a kernel per range of M, one choice (default mode only)
+            dispatch = _size_hint_dispatch(kernel_inputs, downcast, hints)
+            return [dispatch] if dispatch is not None else choices
         autotune = config.max_autotune or config.max_autotune_gemm
         offered = choices + downcast if autotune else downcast
         problem = downcast_problem(kernel_inputs, op_name)
@@ -108,6 +181,11 @@ class DowncastMMChoices(InductorChoices):
     def _need_to_fix_layout(self, adjusted_choices: list[Any], op_name: str) -> bool:
         if adjusted_choices and all(_column_major(c.layout) for c in adjusted_choices):
             return False  # fixed already: the swapped matmul's
+        if any(
+            isinstance(getattr(c, "_choice", None), SizeHintDispatch)
+            for c in adjusted_choices
+        ):
+            return False  # fixed already: each kernel's of a size-hint dispatch
         # a template chosen in default mode needs its output layout fixed, as under
         # max-autotune
         if any(

@@ -20,7 +20,14 @@ from torch._inductor.heuristics.template.triton import (
     CUDAMMTemplateConfigHeuristic,
 )
 from torch._inductor.kernel.mm import mm_template
-from torch._inductor.kernel.mm_downcast_plan import Device, DowncastMM, plan
+from torch._inductor.kernel.mm_downcast_plan import (
+    Device,
+    dispatch,
+    DowncastMM,
+    M_UNBOUNDED,
+    plan,
+    TileConfig,
+)
 from torch._inductor.kernel_inputs import MMKernelInputs
 from torch._inductor.runtime.triton_compat import Config
 from torch._inductor.virtualized import V
@@ -128,29 +135,33 @@ def _downcast_operand(
     )
 
 
-def _m_max(m: sympy.Expr) -> int | None:
-    """M, or the largest value a symbolic M may take; None where nothing bounds it."""
+def _m_range(m: sympy.Expr) -> tuple[int, int]:
+    """(the largest value M may take, M_UNBOUNDED where nothing bounds it; a symbolic
+    M's size hint, 0 where M is static)."""
     if isinstance(m, (int, sympy.Integer)):
-        return int(m)
+        return int(m), 0
     upper = V.graph.sizevars.shape_env.bound_sympy(m).upper
+    hint = V.graph.sizevars.optimization_hint(m)
     # sympy's oo and torch's int_oo are no Integer
-    return int(upper) if isinstance(upper, sympy.Integer) else None
+    return (int(upper) if isinstance(upper, sympy.Integer) else M_UNBOUNDED), hint
 
 
 def downcast_problem(kernel_inputs: MMKernelInputs, op_name: str) -> DowncastMM | None:
-    """The plan's view of the matmul; None where N or K is symbolic or M unbounded."""
+    """The plan's view of the matmul; None where N or K is symbolic."""
     m, n, k = kernel_inputs.mnk_symbolic()
-    m_max = _m_max(m)
-    if m_max is None or not isinstance(n, (int, sympy.Integer)):
+    if not isinstance(n, (int, sympy.Integer)):
         return None
     if not isinstance(k, (int, sympy.Integer)):
         return None
+    m_max, m_hint = _m_range(m)
     p = DowncastMM(
         m_max=m_max,
+        m_hint=m_hint,
         n=int(n),
         k=int(k),
         weight_downcast=_downcast_operand(kernel_inputs, op_name, 1),
-        a_downcast=_downcast_operand(kernel_inputs, op_name, 0),
+        # a weight has static rows: A of a symbolic M is the activation
+        a_downcast=not m_hint and _downcast_operand(kernel_inputs, op_name, 0),
     )
     x = kernel_inputs.mat1mat2()[1 if p.weight_is_a else 0]
     return dataclasses.replace(p, x_itemsize=x.get_dtype().itemsize)
@@ -179,12 +190,24 @@ class DowncastMMConfigMixin:
         problem = downcast_problem(kernel_inputs, op)
         if problem is None:
             return
-        neighbours = config.max_autotune or config.max_autotune_gemm
+        autotune = config.max_autotune or config.max_autotune_gemm
         device = downcast_device(kernel_inputs.device())
+        configs: list[tuple[TileConfig, int | None]] = []
+        if not autotune and not V.graph.cpp_wrapper:
+            # a symbolic M: a kernel per range of M, each for its size hint (the C++
+            # wrapper calls a multi-kernel with one kernel's arguments, which kernels
+            # of other grids do not share)
+            configs = [(q.config, q.hint) for q in dispatch(problem, device)]
+        if not configs:
+            configs = [
+                (c, None) for c in plan(problem, device, neighbours=autotune).configs
+            ]
         m, n, k = kernel_inputs.mnk_symbolic()
-        for cfg in plan(problem, device, neighbours=neighbours).configs:
+        for cfg, hint in configs:
             kw = cfg.kwargs()
             stages, warps = kw.pop("num_stages"), kw.pop("num_warps")
+            if hint is not None:
+                kw["hint_override"] = hint
             yield self._convert_config_to_template_kwargs(  # type: ignore[attr-defined]
                 Config(kw, num_warps=warps, num_stages=stages),
                 m,
