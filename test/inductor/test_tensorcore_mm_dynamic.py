@@ -223,6 +223,22 @@ class TestTensorCoreMMDynamicCodegen(TensorCoreMMTestCase):
         self.assertEqual(constexpr(kernel_source(code, names[0]), "BLOCK_M"), 64)
         self.assertEqual(len(re.findall(r"\): triton_tem_fused_\w+?_\d+,\n", src)), 5)
 
+    def test_symbolic_n_and_k_keep_stock(self):
+        # tiles sized by the hints of N and K would run every other N and K, and a
+        # size-hint multi-kernel would key each of them by M's hint
+        def fn(x, w, b):
+            for t in (x, w):
+                torch._dynamo.mark_dynamic(t, 0)
+                torch._dynamo.mark_dynamic(t, 1)
+            torch._dynamo.mark_dynamic(b, 0)
+            return torch.compile(linear())(x, w, b)
+
+        torch._dynamo.reset()
+        counters.clear()
+        with tensorcore(), no_caches(), tolerate_dynamic_outputs():
+            code = get_code(fn, *gpu_randn((4, 4096), (4096, 4096), (4096,)))
+        self.assertStock([c for c in code if c], "tensorcore_mm_fallback:symbolic_nk")
+
     def test_no_guard_on_m(self):
         # the lowering leaves the guards on sizes as stock leaves them, bounded or not
         for m_max in (None, 64, 1 << 16):

@@ -537,6 +537,9 @@ def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
     dynamic_m = not isinstance(mm.m, int) and not getattr(mm.m, "is_number", False)
     autotune = inductor_config.max_autotune or inductor_config.max_autotune_gemm
     if dynamic_m:
+        if not all(isinstance(s, int) or s.is_number for s in (mm.n, mm.k)):
+            # a size-hint multi-kernel keys each symbolic size by M's hint
+            raise _Decline("symbolic_nk")
         kernels, the_plan = _plan_dynamic_m(mm.problem, dev, mm.m, force)
         if kernels:
             return _lower_dispatch(mm, kernels, force)
