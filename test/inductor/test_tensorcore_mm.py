@@ -39,6 +39,12 @@ from torch.testing._internal.inductor_utils import (
     HAS_CUDA_AND_TRITON,
 )
 
+
+try:
+    from .test_downcast_mm import tolerate_dynamic_outputs
+except ImportError:
+    from test_downcast_mm import tolerate_dynamic_outputs
+
 BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
 
 # what the GPUs report (SMs, shared memory, SM clock, DRAM peak = memory clock x bus
@@ -211,20 +217,6 @@ def comparable(code: list[str]) -> str:
         r"^(\w+ = None  # device\(.*\)) [0-9a-f]{6,}$", r"\1", text, flags=re.MULTILINE
     )
     return re.sub(r"\n *# matmul_meta: [^\n]*", "", text)
-
-
-@contextlib.contextmanager
-def tolerate_dynamic_outputs():
-    # get_code's stand-in module returns None; AOTAutograd then marks dynamic dims on it
-    from torch._functorch._aot_autograd import runtime_wrappers
-
-    mark = runtime_wrappers.mark_dynamo_propagated_dynamic_indices
-    with mock.patch.object(
-        runtime_wrappers,
-        "mark_dynamo_propagated_dynamic_indices",
-        lambda t, dims: None if t is None else mark(t, dims),
-    ):
-        yield
 
 
 def tensorcore(on: bool = True):
