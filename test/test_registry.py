@@ -284,22 +284,24 @@ class TestOverlays(TestCase):
     def test_every_edit_applies_and_replaces_only_what_the_series_edits(self):
         status = torch_overlay.status()
         edited = sorted({f for o in status.overlays for f in o.functions})
-        self.assertEqual(len(edited), 17)
+        self.assertEqual(len(edited), 13)
         self.assertLessEqual(len(status.replaced), len(edited))
         for overlay in status.overlays:
             self.assertEqual(overlay.state, "active", overlay.reason)
-        self.assertIn("torch._inductor.kernel.mm.tuned_mm", edited)
         self.assertIn("torch._inductor.compile_fx.fx_codegen_and_compile", edited)
+        # the matmul paths are reached through V.choices: the lowerings stay upstream's
+        self.assertFalse([f for f in edited if f.startswith("torch._inductor.kernel.")])
 
     def test_a_parts_edits_of_upstream_files_apply_with_its_overlay(self):
-        # tuned_bmm's hunk is a part's (tensorcore_mm_bmm); a part's edits of the new
-        # modules only cut the series and are never applied: the modules here are whole
+        # fx_codegen_and_compile's hunk is a part's (tensorcore_mm_fallback); a part's
+        # edits of the new modules only cut the series and are never applied: the
+        # modules here are whole
         names = [p.name for p in REGISTRY.get("tensorcore_mm").edit_files]
-        self.assertIn("bmm.tensorcore_mm_bmm.diff", names)
+        self.assertIn("compile_fx.tensorcore_mm_fallback.diff", names)
         self.assertFalse([n for n in names if n.startswith(("mm_tensorcore", "tensorcore_mm."))])
         (functions,) = [o.functions for o in torch_overlay.status().overlays
                         if o.name == "tensorcore_mm"]
-        self.assertIn("torch._inductor.kernel.bmm.tuned_bmm", functions)
+        self.assertIn("torch._inductor.compile_fx.fx_codegen_and_compile", functions)
 
     def test_status_names_the_edit_used_per_file(self):
         for overlay in torch_overlay.status().overlays:
@@ -321,19 +323,22 @@ class TestOverlays(TestCase):
         self.assertIn("torch_overlay_digest", inductor_config.save_config_portable())
 
     def test_disable_restores_code_and_removes_flags(self):
-        from torch._inductor.kernel import mm
+        from torch._inductor import choices, compile_fx
 
-        tuned_mm = inspect.unwrap(mm.tuned_mm)
-        edited = tuned_mm.__code__
+        fn = inspect.unwrap(compile_fx.fx_codegen_and_compile)
+        edited = fn.__code__
         self.assertIn("edited by", edited.co_filename)
         try:
             torch_overlay.disable()
-            self.assertEqual(tuned_mm.__code__.co_filename, inspect.getsourcefile(mm))
+            self.assertEqual(fn.__code__.co_filename, inspect.getsourcefile(compile_fx))
             self.assertNotIn("tensorcore_mm_autocast", inductor_config._config)
             self.assertEqual(REGISTRY.swaps, [])
+            self.assertEqual(choices.registered_inductor_choices(), ())
         finally:
             torch_overlay.enable()
-        self.assertEqual(tuned_mm.__code__.co_filename, edited.co_filename)
+        self.assertEqual(fn.__code__.co_filename, edited.co_filename)
+        self.assertEqual([k for k, _ in choices.registered_inductor_choices()],
+                         ["downcast_mm", "tensorcore_mm"])
 
     def test_disabling_a_requirement_disables_its_dependants(self):
         try:
@@ -517,13 +522,13 @@ class TestPackageHoldsWhatRuns(TestCase):
         with tempfile.TemporaryDirectory() as tmp:
             part = pathlib.Path(tmp) / "mm_tensorcore.tensorcore_mm_bmm.diff"
             shutil.copyfile(self.REPO / "series/torch/_inductor/kernel" / part.name, part)
-            unknown = pathlib.Path(tmp) / "mm.no_such_overlay.diff"
-            shutil.copyfile(OVERLAY_ROOT / "kernel/mm.tensorcore_mm.diff", unknown)
+            unknown = pathlib.Path(tmp) / "compile_fx.no_such_overlay.diff"
+            shutil.copyfile(OVERLAY_ROOT / "compile_fx.tensorcore_mm_fallback.diff", unknown)
             real = _registry._diff_files()
             with mock.patch.object(_registry, "_diff_files", lambda: sorted(real + [part, unknown])):
                 problems = self.problems(set(self.PACKAGE.rglob("*.diff")) | {part, unknown})
         self.assertEqual(len(problems), 2, problems)
-        self.assertRegex(problems[0], r"mm\.no_such_overlay\.diff: applied by no overlay")
+        self.assertRegex(problems[0], r"compile_fx\.no_such_overlay\.diff: applied by no overlay")
         self.assertRegex(problems[1], r"mm_tensorcore\.tensorcore_mm_bmm\.diff: edits "
                                       r"torch/_inductor/kernel/mm_tensorcore\.py, which the "
                                       r"overlays add whole")

@@ -60,6 +60,7 @@ OVERLAYS: tuple[Overlay, ...] = tuple(REGISTRY.register(o) for o in (
         flag="tensorcore_mm_autocast",
         modules=("kernel.mm_tensorcore_plan", "kernel.mm_tensorcore",
                  "heuristics.template.tensorcore_mm"),
+        choices=("tensorcore_mm",),
         requires=("downcast_mm", "matmul_meta"),
         # bmm and baddbmm; split-K; stock where the kernel fails to load; a symbolic M;
         # max-autotune's choices; timing uncertain plans on the device; one row as a

@@ -13,7 +13,10 @@ template whole where the plan says so (``gemv_nk``).
 
 The plan (path, operands cast in the kernel, tile configs) comes from
 kernel/mm_tensorcore_plan.py and reaches the template's heuristic
-(heuristics/template/tensorcore_mm.py) with the kernel inputs. A matmul it does not pay
+(heuristics/template/tensorcore_mm.py) with the kernel inputs. ``TensorCoreMMChoices``, an
+``InductorChoices`` contributor, answers ``get_template_configs`` for the graph node being
+lowered with that lowering as the only choice, which ``autotune_select_algorithm`` takes
+without benchmarking. A matmul it does not pay
 for and any input it does not handle return None: the stock lowering runs,
 counted in ``counters["inductor"]["tensorcore_mm_fallback:<reason>"]`` (or ``..._stock:``
 where stock is the better choice). A graph whose compile fails after it lowered
@@ -36,7 +39,9 @@ from typing import Any, TYPE_CHECKING
 import torch
 from torch._dynamo.utils import counters
 from torch._inductor import config as inductor_config, ir
+from torch._inductor.choices import InductorChoices, register_inductor_choices
 from torch._inductor.codegen.triton import triton_type
+from torch._inductor.ir import ChoiceCaller
 from torch._inductor.kernel.bmm import bmm_grid
 from torch._inductor.kernel_inputs import MMKernelInputs
 from torch._inductor.lowering import expand, lowerings
@@ -1249,3 +1254,76 @@ def tuned_tensorcore_mm(target: Any, *args: Any, **kwargs: Any) -> Any | None:
             exc_info=log.isEnabledFor(logging.DEBUG),
         )
     return None
+
+
+class TensorCoreMMCaller(ChoiceCaller):
+    """A matmul's lowering by the template (or the M = 1 reduction), offered as the
+    only choice: the plan chose it, so ``autotune_select_algorithm`` takes it as is."""
+
+    def __init__(self, node: Any, kernel_inputs: Any) -> None:
+        super().__init__(
+            "tensorcore_mm",
+            kernel_inputs.nodes(),
+            kernel_inputs.output_layout(),
+            "tensorcore_mm plan",
+        )
+        self.node = node
+
+    def output_node(self) -> Any:
+        return self.node
+
+
+class TensorCoreMMChoices(InductorChoices):
+    """Offers the template's lowering of an autocast matmul of fp32 tensors."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        # (graph, node, its lowering or None): under max-autotune the lowerings of
+        # addmm ask for choices more than once per node; one lowering serves them all
+        self._last: tuple[Any, Any, Any] = (None, None, None)
+
+    def uuid(self) -> tuple[str, int]:
+        return ("tensorcore_mm", 1)
+
+    def get_template_configs(
+        self,
+        kernel_inputs: Any,
+        templates: list[Any],
+        op_name: str,
+        kwarg_overrides: dict[str, dict[str, Any]] | None = None,
+    ) -> list[Any]:
+        target = (
+            _TARGETS.get(op_name) if inductor_config.tensorcore_mm_autocast else None
+        )
+        node = V.graph.current_node
+        graph, last, lowered = self._last
+        if graph is V.graph and last is node and node is not None:
+            if lowered is not None:
+                return []  # offered already, as the only choice
+        elif target is not None:
+            lowered = self._lower(target, node)
+            self._last = (V.graph, node, lowered)
+            if lowered is not None:
+                return [TensorCoreMMCaller(lowered, kernel_inputs)]
+        # the other contributors' hooks, as though this one did not override this one
+        return InductorChoices.get_template_configs(
+            V.choices, kernel_inputs, templates, op_name, kwarg_overrides
+        )
+
+    @staticmethod
+    def _lower(target: Any, node: torch.fx.Node | None) -> Any:
+        """``node``'s lowering by the template, or None. It is given the node's own
+        arguments, the IR the lowering was handed (now realized): the fp32 tensors
+        behind their casts are found from them."""
+        args = node.args if node is not None and node.target is target else ()
+        return tuned_tensorcore_mm(
+            target,
+            *(_lowered(a) if isinstance(a, torch.fx.Node) else a for a in args),
+            **(node.kwargs if args else {}),
+        )
+
+
+# the choices' op name -> the aten op the template lowers
+_TARGETS = {op: target for target, (op, *_) in _OPS.items()}
+
+register_inductor_choices("tensorcore_mm", TensorCoreMMChoices)
