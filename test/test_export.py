@@ -136,10 +136,11 @@ class TestExportPatches(TestCase):
 
     def test_diff_that_does_not_apply_is_refused(self):
         with tempfile.TemporaryDirectory() as tmp, \
-                edited_source("kernel/mm.tensorcore_mm.diff",
-                              "     if use_native_matmul(mat1, mat2):\n         mat1 = lowerings[aten.unsqueeze](mat1, -1)",
-                              "     if use_native_matmul(mat1, mat2, drifted):\n         mat1 = lowerings[aten.unsqueeze](mat1, -1)"):
-            with self.assertRaisesRegex(export_patches.ExportError, r"mm\.tensorcore_mm\.diff does not apply"):
+                edited_source("compile_fx.tensorcore_mm_fallback.diff",
+                              "     scheme.compile_region_name = compile_region_name",
+                              "     scheme.compile_region_name = drifted"):
+            with self.assertRaisesRegex(export_patches.ExportError,
+                                        r"compile_fx\.tensorcore_mm_fallback\.diff does not apply"):
                 self.export(pathlib.Path(tmp), "x")
 
     def test_patch_has_the_hunks_of_the_diff(self):
