@@ -34,6 +34,7 @@ import functools
 import logging
 import operator
 import pathlib
+import weakref
 from typing import Any, TYPE_CHECKING
 
 import torch
@@ -1278,9 +1279,10 @@ class TensorCoreMMChoices(InductorChoices):
 
     def __init__(self) -> None:
         super().__init__()
-        # (graph, node, its lowering or None): under max-autotune the lowerings of
-        # addmm ask for choices more than once per node; one lowering serves them all
-        self._last: tuple[Any, Any, Any] = (None, None, None)
+        # the node last asked for (weak references to it and its graph) and whether its
+        # lowering was offered: under max-autotune the lowerings of addmm ask for choices
+        # more than once per node, and the first answer stands for all of them
+        self._asked: tuple[Any, Any, bool] = (None, None, False)
 
     def uuid(self) -> tuple[str, int]:
         return ("tensorcore_mm", 1)
@@ -1296,13 +1298,18 @@ class TensorCoreMMChoices(InductorChoices):
             _TARGETS.get(op_name) if inductor_config.tensorcore_mm_autocast else None
         )
         node = V.graph.current_node
-        graph, last, lowered = self._last
-        if graph is V.graph and last is node and node is not None:
-            if lowered is not None:
+        graph, last, offered = self._asked
+        if (
+            node is not None
+            and last is not None
+            and last() is node
+            and graph() is V.graph
+        ):
+            if offered:
                 return []  # offered already, as the only choice
-        elif target is not None:
+        elif target is not None and node is not None:
             lowered = self._lower(target, node)
-            self._last = (V.graph, node, lowered)
+            self._asked = (weakref.ref(V.graph), weakref.ref(node), lowered is not None)
             if lowered is not None:
                 return [TensorCoreMMCaller(lowered, kernel_inputs)]
         # the other contributors' hooks, as though this one did not override this one
@@ -1311,11 +1318,11 @@ class TensorCoreMMChoices(InductorChoices):
         )
 
     @staticmethod
-    def _lower(target: Any, node: torch.fx.Node | None) -> Any:
+    def _lower(target: Any, node: torch.fx.Node) -> Any:
         """``node``'s lowering by the template, or None. It is given the node's own
         arguments, the IR the lowering was handed (now realized): the fp32 tensors
         behind their casts are found from them."""
-        args = node.args if node is not None and node.target is target else ()
+        args = node.args if node.target is target else ()
         return tuned_tensorcore_mm(
             target,
             *(_lowered(a) if isinstance(a, torch.fx.Node) else a for a in args),
