@@ -487,6 +487,23 @@ class TestTensorCoreMMCodegen(TensorCoreMMTestCase):
         )
         self.assertTemplate(code)
 
+    @inductor_config.patch(downcast_mm_template=False)
+    def test_offered_through_choices(self):
+        # the template's lowering is the registered contributor's one choice; without
+        # the contributor the lowering is stock's
+        from torch._inductor import choices
+
+        inputs = gpu_randn((16, 4096), (4096, 4096), (4096,))
+        factory = dict(choices.registered_inductor_choices())["tensorcore_mm"]
+        choices.unregister_inductor_choices("tensorcore_mm")
+        try:
+            code = self.cuda_code(linear(), *inputs)
+        finally:
+            choices.register_inductor_choices("tensorcore_mm", factory)
+        self.assertEqual(template_kernels(code), [])
+        self.assertEqual(len(cast_kernels(code)), 3)
+        self.assertTemplate(self.cuda_code(linear(), *inputs))
+
     def test_prefill(self):
         # M=128: the weight and bias cast in the template; x by its own kernel, since
         # the 64 column tiles re-read it (cheaper in bf16)
