@@ -1321,7 +1321,8 @@ class TensorCoreMMChoices(InductorChoices):
     def _lower(target: Any, node: torch.fx.Node) -> Any:
         """``node``'s lowering by the template, or None. It is given the node's own
         arguments, the IR the lowering was handed (now realized): the fp32 tensors
-        behind their casts are found from them."""
+        behind their casts are found from them. A node of another op (a lowering that
+        lowers an mm of its own) is given none: the decision declines it, counted."""
         args = node.args if node.target is target else ()
         return tuned_tensorcore_mm(
             target,
