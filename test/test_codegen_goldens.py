@@ -72,7 +72,7 @@ TestTensorCoreMMDynamicCodegen = goldens(
     ["test_dynamic_m_bounded"])
 TestTensorCoreMMGemvCodegen = goldens(
     test_tensorcore_mm, test_tensorcore_mm_decode.TestTensorCoreMMGemvCodegen,
-    ["test_gemv", "test_gemv_of_an_lm_head"])
+    ["test_gemv", "test_gemv_of_an_lm_head", "test_one_row_of_a_row_major_weight"])
 TestTensorCoreMMFreezing = goldens(
     test_tensorcore_mm, test_tensorcore_mm_decode.TestTensorCoreMMFreezing,
     ["test_frozen_decode", "test_frozen_gemv"])

@@ -80,14 +80,32 @@ class TestGemvPlan(TestCase):
         # the template's program steps through its ROWS by BLOCK_K, and every config of
         # one matmul splits K alike (the partial sums' layout); more only under autotune.
         # Over a K-contiguous weight one split spans K
-        (default,) = planner.gemv_configs(1280, k_contiguous)
-        tuned = planner.gemv_configs(1280, k_contiguous, autotune=True)
+        (default,) = planner.gemv_configs(1280, 5120, H200, k_contiguous)
+        tuned = planner.gemv_configs(1280, 5120, H200, k_contiguous, autotune=True)
         self.assertEqual(tuned[0], default)
         self.assertGreater(len(tuned), 1)
         for cfg in tuned:
             self.assertEqual(cfg.ROWS % cfg.BLOCK_K, 0, cfg)
             self.assertEqual(cfg.ROWS, default.ROWS, cfg)
         self.assertEqual(default.ROWS >= 1280, k_contiguous)
+
+    def test_gemv_rows(self):
+        # over a [K, N] weight: the deepest split that leaves three programs an SM
+        def programs(k, n, rows):
+            return -(-n // planner.GEMV_CONFIG.BLOCK_N) * -(-k // rows)
+
+        for dev in (H200, A10G):
+            for k, n in [(1280, 1280), (1280, 3840), (5120, 1280), (64, 64)]:
+                rows = planner.gemv_rows(k, n, dev)
+                enough = [
+                    r
+                    for r in planner.GEMV_ROWS
+                    if programs(k, n, r) >= 3 * dev.sm_count
+                ]
+                self.assertEqual(rows, max(enough, default=128), (k, n))
+        shapes = [(1280, 1280), (1280, 3840), (1280, 5120), (5120, 1280)]
+        rows = [planner.gemv_rows(k, n, H200) for k, n in shapes]
+        self.assertEqual(rows, [128, 256, 512, 512])
 
     def test_gemv_nk(self):
         # an [N, K] weight takes the template where Inductor's reduction idles over 30%

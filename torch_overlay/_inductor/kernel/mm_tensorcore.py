@@ -593,7 +593,7 @@ def _lower_gemv_plan(mm: _Matmul, autotune: bool) -> Any:
         not k_contiguous
         or (b.get_dtype() == torch.float32 and planner.gemv_nk(int(k), int(n), mm.dev))
     ):
-        configs = planner.gemv_configs(int(k), k_contiguous, autotune)
+        configs = planner.gemv_configs(int(k), int(n), mm.dev, k_contiguous, autotune)
     result, sums = _lower_gemv(a, b, bias, mm.alpha, mm.beta, mm.dtype, configs)
     _count("tensorcore_mm_gemv")
     if mm.problem.weight16:
@@ -948,7 +948,7 @@ def _gemv_template_sums(
 
     Inductor would split the outer reduction of a [K, N] weight in two stages too, but
     its first stage gets one config of a few KB in flight a program, which streams the
-    weight well below the copy rate; the template's configs hold a slab of 8 KB.
+    weight well below the copy rate; the template's configs hold a slab of 16 KB.
     """
     a, b = realize_inputs(a, b)
     k, n = b.get_size()

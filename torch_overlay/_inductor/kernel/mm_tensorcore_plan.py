@@ -910,14 +910,17 @@ class GemvConfig:
     num_stages: int = 1
 
 
-# 8 KB of fp32 weight in flight a program (Inductor's outer-reduction config holds 2 KB,
-# too little to stream at the copy rate)
-GEMV_CONFIG = GemvConfig(BLOCK_N=32, BLOCK_K=64, ROWS=64, num_warps=4)
-# max-autotune's alternatives, within a few percent of it where measured
+# 16 KB of fp32 weight in flight a program, one load a step (Inductor's outer-reduction
+# config holds 2 KB, too little to stream at the copy rate); ROWS per shape, gemv_rows
+GEMV_CONFIG = GemvConfig(BLOCK_N=32, BLOCK_K=128, ROWS=128, num_warps=4)
+# max-autotune's alternatives, within 5-10% of it where measured
 GEMV_NEIGHBOURS = (
-    GemvConfig(BLOCK_N=16, BLOCK_K=64, ROWS=64, num_warps=2),
-    GemvConfig(BLOCK_N=64, BLOCK_K=32, ROWS=64, num_warps=4),
+    GemvConfig(BLOCK_N=32, BLOCK_K=64, ROWS=128, num_warps=4),
+    GemvConfig(BLOCK_N=16, BLOCK_K=64, ROWS=128, num_warps=4),
 )
+# the deepest splits first: fewer partial sums, as long as the programs fill the SMs
+GEMV_ROWS = (512, 256, 128)
+GEMV_PROGRAMS_PER_SM = 3
 # an [N, K] fp32 weight (F.linear's, K contiguous) where Inductor's inner reduction
 # leaves lanes idle (``gemv_nk``): a program sums two whole rows of it, 512 deep a step
 GEMV_NK_CONFIG = GemvConfig(BLOCK_N=2, BLOCK_K=512, ROWS=512, num_warps=4, num_stages=2)
@@ -947,13 +950,27 @@ def gemv_nk(k: int, n: int, dev: DeviceModel) -> bool:
     )
 
 
+def gemv_rows(k: int, n: int, dev: DeviceModel) -> int:
+    """Rows a program of the gemv template sums over a [K, N] weight: the most that
+    leave GEMV_PROGRAMS_PER_SM programs an SM, so that fewer partial sums are written
+    and added while the programs still fill the device."""
+    columns = _ceildiv(n, GEMV_CONFIG.BLOCK_N)
+    for rows in GEMV_ROWS:
+        if columns * _ceildiv(k, rows) >= GEMV_PROGRAMS_PER_SM * dev.sm_count:
+            return rows
+    return GEMV_ROWS[-1]
+
+
 def gemv_configs(
-    k: int, k_contiguous: bool = False, autotune: bool = False
+    k: int, n: int, dev: DeviceModel, k_contiguous: bool = False, autotune: bool = False
 ) -> list[GemvConfig]:
-    """The gemv template's configs (its neighbours too under max-autotune). Over a
-    K-contiguous weight ROWS spans K: one split, no partial sums to add."""
+    """The gemv template's configs (its neighbours too under max-autotune), which split
+    K alike (``gemv_rows``). Over a K-contiguous weight ROWS spans K: one split, no
+    partial sums to add."""
     if not k_contiguous:
-        return [GEMV_CONFIG, *(GEMV_NEIGHBOURS if autotune else ())]
+        rows = gemv_rows(k, n, dev)
+        configs = (GEMV_CONFIG, *(GEMV_NEIGHBOURS if autotune else ()))
+        return [dataclasses.replace(c, ROWS=rows) for c in configs]
     configs = (GEMV_NK_CONFIG, *(GEMV_NK_NEIGHBOURS if autotune else ()))
     step = max(c.BLOCK_K for c in (GEMV_NK_CONFIG, *GEMV_NK_NEIGHBOURS))
     return [dataclasses.replace(c, ROWS=_ceildiv(k, step) * step) for c in configs]
