@@ -37,8 +37,8 @@ from test_tensorcore_mm_autotune import NO_BINARY, no_template_binary  # noqa: E
 
 @contextlib.contextmanager
 def no_template_module():
-    """The output module of a graph with a template kernel fails to load, as with the
-    driver above (get_code generates the module without loading it)."""
+    """The output module of a graph with a template kernel fails to load, as on a driver
+    without the binary (get_code generates the module without loading it)."""
     codegen = GraphLowering.codegen
     failed = []
 
@@ -89,7 +89,8 @@ class TestTensorCoreMMCompileFailure(TensorCoreMMTestCase):
             )
             self.assertEqual(len(failed), 2)
         self.assertEqual(len(logs.records), 1)
-        FileCheck().check("a graph that lowered 1 tensorcore_mm_template").check(NO_BINARY).run(logs.output[0])
+        FileCheck().check("a graph that lowered 1 tensorcore_mm_template").check(
+            NO_BINARY).run(logs.output[0])
         FileCheck().check_not("triton_tem_").check("extern_kernels.addmm(").run(
             "\n".join(code)
         )
