@@ -28,12 +28,12 @@ sys.path.insert(0, str(REPO / "tools"))
 import export_patches  # noqa: E402
 
 NAMES = ("prologue_downcast", "downcast_mm", "matmul_meta", "tensorcore_mm", "tensorcore_mm_bmm",
-         "tensorcore_mm_splitk", "tensorcore_mm_fallback", "tensorcore_mm_dynamic", "tensorcore_mm_autotune",
+         "tensorcore_mm_splitk", "tensorcore_mm_dynamic", "tensorcore_mm_autotune",
          "tensorcore_mm_measure", "tensorcore_mm_decode", "gelu_add", "tensorcore_mm_gelu_add",
          "param_cast_cache", "tensorcore_mm_param_cast_cache")
 # further patches of an overlay (Overlay.parts), each editing tensorcore_mm's module
 PARTS = {**{f"tensorcore_mm_{p}": "tensorcore_mm"
-            for p in ("bmm", "splitk", "fallback", "dynamic", "autotune", "measure", "decode")},
+            for p in ("bmm", "splitk", "dynamic", "autotune", "measure", "decode")},
          "tensorcore_mm_gelu_add": "gelu_add",
          "tensorcore_mm_param_cast_cache": "param_cast_cache"}
 
@@ -136,11 +136,11 @@ class TestExportPatches(TestCase):
 
     def test_diff_that_does_not_apply_is_refused(self):
         with tempfile.TemporaryDirectory() as tmp, \
-                edited_source("compile_fx.tensorcore_mm_fallback.diff",
-                              "     scheme.compile_region_name = compile_region_name",
-                              "     scheme.compile_region_name = drifted"):
+                edited_source("compile_fx.matmul_meta.diff",
+                              "     model_ = _recursive_pre_grad_passes(model_, example_inputs_)",
+                              "     model_ = drifted"):
             with self.assertRaisesRegex(export_patches.ExportError,
-                                        r"compile_fx\.tensorcore_mm_fallback\.diff does not apply"):
+                                        r"compile_fx\.matmul_meta\.diff does not apply"):
                 self.export(pathlib.Path(tmp), "x")
 
     def test_patch_has_the_hunks_of_the_diff(self):
@@ -235,6 +235,38 @@ class TestExportPatches(TestCase):
                          "the test runs are the CI step `python tools/export_patches.py --check`")
     def test_patched_passes_pristine_fails(self):
         self.assertEqual(export_patches.check(run_tests=True), 0)
+
+
+class TestSafetyNets(TestCase):
+    """An overlay's safety nets (Overlay.safety_nets) are applied at run time, never
+    exported: no patch, no series/ diff, no exported test, nothing a patch adds."""
+
+    def test_applied_at_run_time_not_exported(self):
+        import torch_overlay
+        from torch_overlay._registry import REGISTRY
+
+        nets = {n: o.name for o in torch_overlay.OVERLAYS for n in o.safety_nets}
+        self.assertEqual(nets, {"tensorcore_mm_fallback": "tensorcore_mm"})
+        runs = [p.name for p in REGISTRY.get("tensorcore_mm").edit_files]
+        self.assertIn("compile_fx.tensorcore_mm_fallback.diff", runs)
+        self.assertIn("config.tensorcore_mm_fallback.diff", runs)
+        overlays = export_patches.collect()
+        self.assertEqual([o.name for o in overlays], list(NAMES))
+        exported = [d.name for o in overlays for d in o.diffs]
+        self.assertFalse([d for d in exported if d.endswith(".tensorcore_mm_fallback.diff")])
+        self.assertFalse(list(export_patches.SERIES.rglob("*.tensorcore_mm_fallback.diff")))
+        self.assertFalse((REPO / "test/inductor/test_tensorcore_mm_fallback.py").exists())
+        self.assertFalse((export_patches.PATCHES / "tensorcore_mm_fallback.md").exists())
+
+    def test_no_patch_adds_the_whole_graph_retry(self):
+        # the decline counters tensorcore_mm_fallback:<reason> are the series'; the
+        # retry, its flag and its counter are not
+        for patch in committed_series():
+            parsed = export_patches.parse_diff(patch.read_text())
+            added = [line for fp in parsed.values() for line in fp.added.values()]
+            self.assertEqual([line for line in added if re.search(
+                r"compile_with_stock_fallback|tensorcore_mm_fallback\b(?!:)|"
+                r"tensorcore_mm_fallback:compile_error", line)], [], patch.name)
 
 
 class TestProfiles(TestCase):

@@ -293,11 +293,15 @@ class TestOverlays(TestCase):
         self.assertFalse([f for f in edited if f.startswith("torch._inductor.kernel.")])
 
     def test_a_parts_edits_of_upstream_files_apply_with_its_overlay(self):
-        # fx_codegen_and_compile's hunk is a part's (tensorcore_mm_fallback); a part's
-        # edits of the new modules only cut the series and are never applied: the
-        # modules here are whole
+        # config.py's hunk of tensorcore_mm_measure is a part's, fx_codegen_and_compile's
+        # a safety net's (tensorcore_mm_fallback, applied at run time, never exported);
+        # a part's edits of the new modules only cut the series and are never applied:
+        # the modules here are whole
         names = [p.name for p in REGISTRY.get("tensorcore_mm").edit_files]
+        self.assertIn("config.tensorcore_mm_measure.diff", names)
         self.assertIn("compile_fx.tensorcore_mm_fallback.diff", names)
+        self.assertEqual(REGISTRY.get("tensorcore_mm").safety_nets, ("tensorcore_mm_fallback",))
+        self.assertNotIn("tensorcore_mm_fallback", REGISTRY.get("tensorcore_mm").parts)
         self.assertFalse([n for n in names if n.startswith(("mm_tensorcore", "tensorcore_mm."))])
         (functions,) = [o.functions for o in torch_overlay.status().overlays
                         if o.name == "tensorcore_mm"]
@@ -494,7 +498,7 @@ class TestPackageHoldsWhatRuns(TestCase):
             for primary in overlay.edit_files:
                 runs.add(primary)
                 runs.update(v for v in variant_files(primary) if variant_name(v) in older)
-        names = {n for o in torch_overlay.OVERLAYS for n in (o.name, *o.parts)}
+        names = {n for o in torch_overlay.OVERLAYS for n in (o.name, *o.parts, *o.safety_nets)}
         runs.update(p for p in (self.PACKAGE / "_logging").glob("_registrations.*.diff")
                     if p.name.split(".")[1] in names)
         return runs
@@ -523,7 +527,7 @@ class TestPackageHoldsWhatRuns(TestCase):
             part = pathlib.Path(tmp) / "mm_tensorcore.tensorcore_mm_bmm.diff"
             shutil.copyfile(self.REPO / "series/torch/_inductor/kernel" / part.name, part)
             unknown = pathlib.Path(tmp) / "compile_fx.no_such_overlay.diff"
-            shutil.copyfile(OVERLAY_ROOT / "compile_fx.tensorcore_mm_fallback.diff", unknown)
+            shutil.copyfile(OVERLAY_ROOT / "compile_fx.matmul_meta.diff", unknown)
             real = _registry._diff_files()
             with mock.patch.object(_registry, "_diff_files", lambda: sorted(real + [part, unknown])):
                 problems = self.problems(set(self.PACKAGE.rglob("*.diff")) | {part, unknown})

@@ -135,6 +135,7 @@ def collect() -> list[OverlayExport]:
         edits = [*overlay.own_edit_files, *sorted(LOGGING_EDITS.glob(f"*.{name}.diff"))]
         diffs = [p for p in edits if not VARIANT.search(p.name)]
         out.append(OverlayExport(name, overlay.flag, diffs, files, overlay_tests(name)))
+        # its safety_nets are not: applied at run time, never exported
         for part in overlay.parts:
             # its edits of upstream files (flags among them), then of the files earlier
             # patches add (whose files here hold them)

@@ -62,12 +62,15 @@ OVERLAYS: tuple[Overlay, ...] = tuple(REGISTRY.register(o) for o in (
                  "heuristics.template.tensorcore_mm"),
         choices=("tensorcore_mm",),
         requires=("downcast_mm", "matmul_meta"),
-        # bmm and baddbmm; split-K; stock where the kernel fails to load; a symbolic M;
-        # max-autotune's choices; timing uncertain plans on the device; one row as a
-        # reduction over K and frozen 16-bit weights
-        parts=("tensorcore_mm_bmm", "tensorcore_mm_splitk", "tensorcore_mm_fallback",
-               "tensorcore_mm_dynamic", "tensorcore_mm_autotune", "tensorcore_mm_measure",
-               "tensorcore_mm_decode"),
+        # bmm and baddbmm; split-K; a symbolic M; max-autotune's choices; timing
+        # uncertain plans on the device; one row as a reduction over K and frozen
+        # 16-bit weights
+        parts=("tensorcore_mm_bmm", "tensorcore_mm_splitk", "tensorcore_mm_dynamic",
+               "tensorcore_mm_autotune", "tensorcore_mm_measure", "tensorcore_mm_decode"),
+        # a graph whose compile fails after it lowered templates (a kernel the driver
+        # cannot load) compiled again with the feature off (_fallback.py): upstream's
+        # select_algorithm drops failing choices, it would not take a whole-graph retry
+        safety_nets=("tensorcore_mm_fallback",),
     ),
     Overlay(
         name="gelu_add",

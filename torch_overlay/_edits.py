@@ -1,8 +1,9 @@
 """Edits of upstream functions, kept as the unified diff itself and applied to the live code.
 
 An edit is a ``.diff`` file beside the overlay path of the upstream file it changes
-(``torch_overlay/_inductor/compile_fx.tensorcore_mm_fallback.diff`` edits
-``torch/_inductor/compile_fx.py``): the very hunks the exported patch carries. At run time
+(``torch_overlay/_inductor/compile_fx.matmul_meta.diff`` edits
+``torch/_inductor/compile_fx.py``): the very hunks the exported patch carries (a safety
+net's, ``Overlay.safety_nets``, are applied at run time only). At run time
 the hunks are applied to the installed module's source; every function (or method of a
 top-level class) they touch is compiled again from the edited text against the module's
 globals, and its ``__code__`` is swapped in place, so each reference to it (the lowerings

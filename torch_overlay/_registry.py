@@ -69,6 +69,9 @@ class Overlay:
     # here, applied with this overlay's own) and brings test/inductor/test_<part>.py; its
     # edits of the new modules, which are whole here, are the exporter's (series/)
     parts: tuple[str, ...] = ()
+    # applied at run time, never exported: edits upstream would not take (``<stem>.<net>.diff``,
+    # applied after the parts'), a guard for a failure the series handles otherwise or not
+    safety_nets: tuple[str, ...] = ()
     # keys of the InductorChoices contributors its modules register (register_inductor_choices):
     # withdrawn while the overlay is disabled, whose flags they read
     choices: tuple[str, ...] = ()
@@ -76,9 +79,10 @@ class Overlay:
     @property
     def edit_files(self) -> list[pathlib.Path]:
         """The primary edits (made against the newest supported release; the exported
-        ones), then its parts' edits of upstream files, flags included."""
+        ones), then its parts' and safety nets' edits of upstream files, flags included."""
         found = _diff_files()
-        return _named(found, self.name) + [p for part in self.parts for p in _named(found, part)]
+        return _named(found, self.name) + [p for part in (*self.parts, *self.safety_nets)
+                                           for p in _named(found, part)]
 
     @property
     def own_edit_files(self) -> list[pathlib.Path]:

@@ -10,6 +10,7 @@ template that fails to load.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from unittest import mock
 
@@ -42,7 +43,6 @@ try:
         template_kernels,
         TensorCoreMMTestCase,
     )
-    from .test_tensorcore_mm_fallback import no_template_binary
 except ImportError:
     from test_tensorcore_mm import (
         BF16,
@@ -58,7 +58,29 @@ except ImportError:
         template_kernels,
         TensorCoreMMTestCase,
     )
-    from test_tensorcore_mm_fallback import no_template_binary
+
+
+NO_BINARY = "Triton Error [CUDA]: CUDA_ERROR_NO_BINARY_FOR_GPU"
+
+
+@contextlib.contextmanager
+def no_template_binary():
+    """Loading a template kernel fails as on a driver with no binary for it; yields the
+    names of the kernels refused."""
+    from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+
+    make_launchers = CachingAutotuner._make_launchers
+    refused = []
+
+    def refuse(self):
+        name = self.fn.__name__
+        if name.startswith(("triton_tensorcore", "triton_tem_")):
+            refused.append(name)
+            raise RuntimeError(NO_BINARY)
+        return make_launchers(self)
+
+    with mock.patch.object(CachingAutotuner, "_make_launchers", refuse):
+        yield refused
 
 
 class TestAutotuneConfigs(TestCase):

@@ -19,16 +19,13 @@ lowered with that lowering as the only choice, which ``autotune_select_algorithm
 without benchmarking. A matmul it does not pay
 for and any input it does not handle return None: the stock lowering runs,
 counted in ``counters["inductor"]["tensorcore_mm_fallback:<reason>"]`` (or ``..._stock:``
-where stock is the better choice). A graph whose compile fails after it lowered
-templates (a kernel the driver cannot load) is compiled again with the stock lowering
-(``compile_with_stock_fallback``, ``config.tensorcore_mm_fallback``). Under max-autotune
+where stock is the better choice). Under max-autotune
 the template's configs are autotuned against the stock path as a subgraph of the same
 fp32 inputs, where M is static (the subgraph's benchmark would specialize it).
 """
 
 from __future__ import annotations
 
-import contextvars
 import dataclasses
 import functools
 import logging
@@ -675,9 +672,6 @@ def _lower_template(
 def _lowered_template(mm: _Matmul, result: Any) -> Any:
     """``result``, the template's output, counted and recorded."""
     _count("tensorcore_mm_template")
-    templates = _TEMPLATES.get()
-    if templates is not None:  # for compile_with_stock_fallback
-        templates.append(f"{mm.op} of (B, M, N, K) {mm.shape}")
     if mm.problem.weight16:
         _count("tensorcore_mm_template_frozen")
     if mm.problem.epilogue is not None:
@@ -734,54 +728,6 @@ def _check_measured(
         raise _Decline("measured", fallback=False)
 
 
-def compile_with_stock_fallback(
-    compile_graph: Callable[..., Any], gm: torch.fx.GraphModule, *args: Any
-) -> Any:
-    """``compile_graph(gm, *args)``, the post-grad passes, codegen and compile of one
-    graph; where that fails after the graph lowered templates, the graph again with the
-    stock lowering.
-
-    A single choice is compiled and loaded with the output module, in parallel with its
-    other kernels: a kernel the driver cannot load fails the compile there, where the
-    lowering can no longer take it back. A retry costs a failed graph a second compile
-    (from a copy of the graph the passes have not rewritten) instead of every graph a
-    serial compile of each template while lowering. The counters are the retry's, with
-    the failure counted.
-    """
-    if not any(n.target in _OPS for n in gm.graph.nodes):
-        return compile_graph(gm, *args)
-    graph = torch.fx.Graph()
-    graph._codegen = gm.graph._codegen
-    graph.output(graph.graph_copy(gm.graph, {})).meta = dict(
-        gm.graph.output_node().meta
-    )
-    attrs = {
-        n.target: operator.attrgetter(n.target)(gm)
-        for n in gm.graph.nodes
-        if n.op == "get_attr"
-    }
-    meta = dict(gm.meta)
-    templates: list[str] = []
-    before = counters["inductor"].copy()
-    token = _TEMPLATES.set(templates)
-    try:
-        return compile_graph(gm, *args)
-    except Exception as e:
-        if not templates or strict_fallbacks():
-            raise
-        error = e
-    finally:
-        _TEMPLATES.reset(token)
-    _compile_failed(f"{len(templates)} template(s), the first {templates[0]}", error)
-    counters["inductor"].clear()
-    counters["inductor"].update(before)
-    _count("tensorcore_mm_fallback:compile_error")
-    unrewritten = torch.fx.GraphModule(attrs, graph)
-    unrewritten.meta.update(meta)
-    with inductor_config.patch(tensorcore_mm_autocast=False):
-        return compile_graph(unrewritten, *args)
-
-
 def _compile_failed(what: str, e: Exception) -> None:
     """One warning a cause: a driver without the binary fails every kernel alike."""
     cause = f"{type(e).__name__}: {e}"
@@ -796,10 +742,6 @@ def _compile_failed(what: str, e: Exception) -> None:
 
 
 _failed_compiles: set[str] = set()
-# the templates lowered in the graph that compile_with_stock_fallback compiles
-_TEMPLATES: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
-    "tensorcore_mm_templates", default=None
-)
 # A measured template must beat the stock path by this much: timed alone, a template
 # kernel runs faster than among a model's other kernels.
 MEASURED_MARGIN = 0.15
@@ -971,9 +913,6 @@ def _gemv_template_sums(
     if not choices:
         raise _Decline("no_config")
     partial, _ = autotune_select_algorithm("tensorcore_gemv", choices, [a, b], layout)
-    templates = _TEMPLATES.get()
-    if templates is not None:  # for compile_with_stock_fallback
-        templates.append(f"gemv of (K, N) {(k, n)}")
     if splits == 1:
         return partial
     partial_load = partial.make_loader()
