@@ -214,15 +214,24 @@ def lookup(params: list[torch.Tensor], dtype: torch.dtype) -> list[torch.Tensor]
     return casts
 
 
-# host logic: never captured into a CUDA graph (a partition of its own)
-@torch.library.custom_op(
-    "inductor::cached_casts", mutates_args=(), tags=(torch.Tag.cudagraph_unsafe,)
+# Host logic: never captured into a CUDA graph (a partition of its own). A library op
+# rather than a custom_op: custom_op's wrappers check each output for aliasing on every
+# call, which costs more than the lookup itself over a model's parameters.
+_lib = torch.library.Library("inductor", "FRAGMENT")
+_lib.define(
+    "cached_casts(Tensor[] params, ScalarType dtype) -> Tensor[]",
+    tags=(torch.Tag.cudagraph_unsafe,),
 )
+
+
 def cached_casts(params: list[torch.Tensor], dtype: torch.dtype) -> list[torch.Tensor]:
     return lookup(params, dtype)
 
 
-@cached_casts.register_fake
+_lib.impl("cached_casts", cached_casts, "CompositeExplicitAutograd")
+
+
+@torch.library.register_fake("inductor::cached_casts")
 def _(params: list[torch.Tensor], dtype: torch.dtype) -> list[torch.Tensor]:
     return [
         torch.empty_strided(p.size(), p.stride(), dtype=dtype, device=p.device)
