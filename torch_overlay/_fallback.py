@@ -31,9 +31,6 @@ from torch._dynamo.utils import counters
 
 log = logging.getLogger(__name__)
 
-aten = torch.ops.aten
-# the matmuls tensorcore_mm lowers: a graph without one compiles as it is
-_MATMULS = (aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbmm.default)
 # counters["inductor"] keys the lowering counts once for each matmul it lowers to its
 # kernels: the template (a symbolic M's dispatch among them) and the one-row reduction
 # (the gemv template's, or Inductor's where that has no config)
@@ -51,8 +48,10 @@ def compile_with_stock_fallback(
     the graph again with the stock lowering."""
     from torch._inductor import config as inductor_config
     from torch._inductor.fx_passes.matmul_meta import strict_fallbacks
+    from torch._inductor.kernel.mm_tensorcore import _OPS
 
-    if not any(n.target in _MATMULS for n in gm.graph.nodes):
+    # a graph without a matmul tensorcore_mm lowers compiles as it is
+    if not any(n.target in _OPS for n in gm.graph.nodes):
         return compile_graph(gm, *args)
     # the passes rewrite gm in place: the retry needs the graph as it came
     graph = torch.fx.Graph()
