@@ -21,6 +21,7 @@ from torch_overlay.testing.golden import normalize
 
 # the exported test modules, as pytest imports them (test/inductor has no __init__.py)
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent / "inductor"))
+import test_bmm_prologue  # noqa: E402
 import test_downcast_mm  # noqa: E402
 import test_gelu_add  # noqa: E402
 import test_matmul_meta  # noqa: E402
@@ -87,6 +88,10 @@ TestDowncastMM = goldens(test_downcast_mm, test_downcast_mm.TestDowncastMM, [
     "test_one_row_with_bias_reduces",
     "test_one_row_kn_weight_reduces",
     "test_rows_past_one_tile_swap_m_200_bias_True"])
+TestBmmPrologue = goldens(test_bmm_prologue, test_bmm_prologue.TestBmmPrologue, [
+    "test_upcast_fuses_3x37x120x250",
+    "test_weight_downcast_at_decode_M_16",
+    "test_flag_off_keeps_the_producer_apart"])
 TestMatmulMetaCUDACodegen = goldens(test_matmul_meta, test_matmul_meta.TestMatmulMetaCUDACodegen,
                                     ["test_autocast_linear"])
 

@@ -284,7 +284,7 @@ class TestOverlays(TestCase):
     def test_every_edit_applies_and_replaces_only_what_the_series_edits(self):
         status = torch_overlay.status()
         edited = sorted({f for o in status.overlays for f in o.functions})
-        self.assertEqual(len(edited), 13)
+        self.assertEqual(len(edited), 15)
         self.assertLessEqual(len(status.replaced), len(edited))
         for overlay in status.overlays:
             self.assertEqual(overlay.state, "active", overlay.reason)
@@ -311,12 +311,15 @@ class TestOverlays(TestCase):
         for overlay in torch_overlay.status().overlays:
             # one variant per upstream file; config.py may have several edits (the flags
             # of an overlay's parts)
-            upstreams = {re.sub(r"\.[^/]*$", ".py", edit) for edit in overlay.edits}
-            self.assertEqual(set(overlay.variants), upstreams)
+            # where the newest release has the file: its primary edit's
+            primary = {e: re.sub(r"\.torch-\d+\.\d+\.diff$", ".diff", e) for e in overlay.edits}
+            upstream_of = {e: FileDiff.read(OVERLAY_ROOT / primary[e]).upstream.removeprefix(
+                "torch/_inductor/") for e in overlay.edits}
+            self.assertEqual(set(overlay.variants), set(upstream_of.values()))
             own = [e for e in overlay.edits if re.search(rf"\.{overlay.name}(\.torch-[\d.]+)?\.diff$", e)]
             for edit in own:
                 variant = re.search(r"\.(torch-\d+\.\d+)\.diff$", edit)
-                upstream = re.sub(r"\.[^/]*$", ".py", edit)
+                upstream = upstream_of[edit]
                 self.assertEqual(overlay.variants[upstream],
                                  variant.group(1) if variant else "primary")
         self.assertRegex(str(torch_overlay.status()), r"(?m)^    variant: ")
@@ -348,13 +351,13 @@ class TestOverlays(TestCase):
         try:
             torch_overlay.disable("matmul_meta")
             self.assertEqual(REGISTRY.enabled(),
-                             ["prologue_downcast", "downcast_mm", "gelu_add",
-                              "param_cast_cache"])
+                             ["prologue_downcast", "downcast_mm", "bmm_prologue",
+                              "gelu_add", "param_cast_cache"])
         finally:
             torch_overlay.enable()
         self.assertEqual(REGISTRY.enabled(), ["prologue_downcast", "downcast_mm",
-                                              "matmul_meta", "tensorcore_mm", "gelu_add",
-                                              "param_cast_cache"])
+                                              "bmm_prologue", "matmul_meta", "tensorcore_mm",
+                                              "gelu_add", "param_cast_cache"])
 
     def test_a_drifted_overlay_is_refused_and_the_rest_stays(self):
         drift = ("--- a/torch/_inductor/kernel/mm.py\n+++ b/torch/_inductor/kernel/mm.py\n"
@@ -555,6 +558,59 @@ class TestPackageHoldsWhatRuns(TestCase):
         self.assertEqual(sorted(str(p) for p in shipped if p.parts[0] != "torch_overlay"), [])
         self.assertEqual(sorted(p for p in shipped if p.suffix == ".diff"),
                          sorted(p.relative_to(self.REPO) for p in self.runtime_edits()))
+
+
+class TestTemplateEdits(TestCase):
+    """A ``.jinja`` edit: the live TritonTemplate objects built from the file render it."""
+
+    def bmm_template(self):
+        from torch._inductor.kernel.bmm import bmm_template
+
+        return bmm_template
+
+    def upcast_bmm_code(self):
+        from torch_overlay.testing import get_code
+        from torch_overlay.testing.golden import normalize
+
+        a = torch.randn(2, 32, 64, device="cuda", dtype=torch.float16)
+        b = torch.randn(2, 64, 96, device="cuda")
+        with inductor_config.patch(max_autotune=True, max_autotune_gemm_backends="TRITON",
+                                   **{"test_configs.max_mm_configs": 1}):
+            torch._dynamo.reset()
+            return normalize(get_code(torch.compile(lambda a, b: torch.bmm(a.to(b.dtype), b)), a, b))
+
+    def test_enable_renders_the_edit_and_disable_restores(self):
+        template = self.bmm_template()
+        torch_overlay.disable(["bmm_prologue"])
+        try:
+            stock = (template.template, template.src_hash)
+            torch_overlay.enable(["bmm_prologue"])
+            self.assertNotEqual(template.src_hash, stock[1])
+            torch_overlay.disable(["bmm_prologue"])
+            self.assertEqual((template.template, template.src_hash), stock)
+        finally:
+            torch_overlay.enable()
+
+    def test_flag_off_is_stock_code(self):
+        torch_overlay.disable(["bmm_prologue"])
+        try:
+            stock = self.upcast_bmm_code()
+        finally:
+            torch_overlay.enable()
+        with inductor_config.patch(bmm_prologue_fusion=False):
+            off = self.upcast_bmm_code()
+        with inductor_config.patch(bmm_prologue_fusion=True, prologue_fusion=True):
+            on = self.upcast_bmm_code()
+        self.assertEqual(off, stock)
+        self.assertNotEqual(on, stock)
+        self.assertIn("PROLOGUE_LOADS : tl.constexpr = True", on)
+
+    def test_an_edit_of_another_template_is_refused(self):
+        diff = FileDiff.read(OVERLAY_ROOT / "kernel/templates/triton_bmm.bmm_prologue.diff")
+        other = dataclasses.replace(diff, upstream=diff.upstream.replace("triton_bmm",
+                                                                         "triton_mm"))
+        with self.assertRaisesRegex(EditError, "does not apply|no Triton template"):
+            plan_swaps([other])
 
 
 if __name__ == "__main__":

@@ -47,6 +47,12 @@ OVERLAYS: tuple[Overlay, ...] = tuple(REGISTRY.register(o) for o in (
         requires=("prologue_downcast",),
     ),
     Overlay(
+        name="bmm_prologue",
+        purpose="the bmm template loads its operands through load_input, as the mm "
+                "template does, so that a prologue (a cast of an operand) fuses into it",
+        flag="bmm_prologue_fusion",
+    ),
+    Overlay(
         name="matmul_meta",
         purpose="autocast compute dtype of every mm/addmm/bmm/baddbmm as IR metadata "
                 "(MatmulMeta), with a wrapper comment per matmul",

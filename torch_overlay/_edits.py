@@ -11,6 +11,9 @@ table, ``from ... import`` names, decorators' closures) runs the edited code. Re
 the original code object back. A hunk whose context is not in the installed source is
 drift: the edit is refused, naming the function and the torch version.
 
+A Triton template's ``.jinja`` source is edited likewise: the live ``TritonTemplate``
+objects built from the installed file render the edited text (``TemplateSwap``).
+
 ``config.py`` and a package's ``__init__.py`` are the files whose hunks are module-level:
 the first declare the features' flags (``name: type = default``), installed into the live
 ``torch._inductor.config``; the second import the overlay's new modules of the package so
@@ -170,6 +173,11 @@ class FileDiff:
         return names
 
     @property
+    def template(self) -> bool:
+        """A Triton template's jinja source, not a Python module."""
+        return self.upstream.endswith(".jinja")
+
+    @property
     def module_level(self) -> bool:
         """Hunks outside any function: not applied at run time (see the two above)."""
         return self.declares_config or self.imports_modules
@@ -223,7 +231,11 @@ def variant_name(path: pathlib.Path) -> str:
 
 
 def installed_source(diff: FileDiff) -> str:
-    """The source of the installed upstream module ``diff`` edits."""
+    """The source of the installed upstream module (or template) ``diff`` edits."""
+    if diff.template:
+        import torch
+
+        return pathlib.Path(torch.__file__).parent.parent.joinpath(diff.upstream).read_text()
     return inspect.getsource(importlib.import_module(diff.module))
 
 
@@ -240,10 +252,15 @@ def select_edit(primary: pathlib.Path, sources: dict[str, str] | None = None) ->
     candidates = [FileDiff.read(primary)] + [FileDiff.read(p) for p in variant_files(primary)]
     if candidates[0].imports_modules:  # the package may not exist in an older release
         return candidates[0]
-    source = (sources or {}).get(candidates[0].module) or installed_source(candidates[0])
     error = None
     for diff in candidates:
         try:
+            # a variant may edit the file where an older release has it
+            try:
+                source = (sources or {}).get(diff.module) or installed_source(diff)
+            except (ImportError, OSError) as e:
+                raise EditError(f"{diff.path.name}: {diff.upstream} is not in torch "
+                                f"{torch_version()} ({e})") from e
             if diff.absent is not None:
                 _check_absent(source, diff)
             else:
@@ -427,7 +444,7 @@ class Swap:
         self.function.__code__ = self.original
 
 
-def plan_swaps(diffs: list[FileDiff]) -> list[Swap]:
+def plan_swaps(diffs: list[FileDiff]) -> list[Swap | TemplateSwap]:
     """Swaps that realise ``diffs`` (function edits only) on the installed torch; none done yet.
 
     Diffs of one module apply in the order given, each to the text the previous left, and
@@ -438,7 +455,9 @@ def plan_swaps(diffs: list[FileDiff]) -> list[Swap]:
     by_module: dict[str, list[FileDiff]] = {}
     for diff in diffs:
         by_module.setdefault(diff.module, []).append(diff)
-    swaps: list[Swap] = []
+    swaps: list[Swap | TemplateSwap] = []
+    for upstream in [m for m in by_module if by_module[m][0].template]:
+        swaps.append(template_swap(by_module.pop(upstream)))
     for module_name, module_diffs in by_module.items():
         module = importlib.import_module(module_name)
         edited = inspect.getsource(module)
@@ -464,6 +483,61 @@ def plan_swaps(diffs: list[FileDiff]) -> list[Swap]:
             code = compile_function(edited, new_defs[qualname], function, module, filename)
             swaps.append(Swap(f"{module_name}.{qualname}", function, function.__code__, code))
     return swaps
+
+
+@dataclasses.dataclass
+class TemplateSwap:
+    """The live Triton templates built from one jinja file, rendering an edit of it."""
+
+    target: str  # torch/_inductor/kernel/templates/triton_bmm.py.jinja
+    templates: tuple[Any, ...]  # its TritonTemplate objects
+    original: tuple[tuple[Any, str], ...]  # each one's jinja template and hash
+    edited: str
+
+    def apply(self) -> None:
+        compiled = self.templates[0]._template_from_string(self.edited)
+        # the hash keys Inductor's caches of the template's code
+        self._use([(compiled, _sha256(self.edited))] * len(self.templates))
+
+    def restore(self) -> None:
+        self._use(self.original)
+
+    def _use(self, states: Any) -> None:
+        for template, (jinja, digest) in zip(self.templates, states):
+            template.template, template._hash = jinja, digest
+            template._generated_code_cache.cache_clear()
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def template_swap(diffs: list[FileDiff]) -> TemplateSwap:
+    """The swap that makes the templates built from ``diffs[0].upstream`` render it as
+    ``diffs`` edit it; none done yet. The modules beside its ``templates/`` folder that
+    name the file (``load_kernel_template("triton_bmm")``) are imported first: they build
+    its templates."""
+    from torch._inductor.select_algorithm import TritonTemplate
+
+    original = installed_source(diffs[0])
+    edited = original
+    for diff in diffs:
+        edited = apply_hunks(edited, diff)[0]
+    upstream = pathlib.PurePosixPath(diffs[0].upstream)
+    stem = upstream.name.split(".")[0]
+    package = upstream.parent.parent  # torch/_inductor/kernel
+    folder = pathlib.Path(importlib.import_module(str(package).replace("/", ".")).__file__).parent
+    for source in sorted(folder.glob("*.py")):
+        if f'"{stem}"' in source.read_text():
+            importlib.import_module(module_of(str(package / source.name)))
+    # the edit's hash too: a plan made while it is applied
+    hashes = {_sha256(original), _sha256(edited)}
+    templates = tuple(t for t in TritonTemplate.all_templates.values() if t.src_hash in hashes)
+    if not templates:
+        raise EditError(f"{diffs[0].path.name}: no Triton template of torch {torch_version()} "
+                        f"is built from {diffs[0].upstream}")
+    return TemplateSwap(diffs[0].upstream, templates,
+                        tuple((t.template, t._hash) for t in templates), edited)
 
 
 def config_declarations(diff: FileDiff) -> dict[str, tuple[Any, type]]:

@@ -243,9 +243,10 @@ class Registry:
             selected = select_edits(paths)
             split = len(selected) - len(self.get(name).edit_files)
             required, diffs = selected[:split], selected[split:]
-            for diff in diffs:
-                # per upstream file, the overlay's own edit's (its parts' flags come after)
-                variants.setdefault(diff.upstream.removeprefix("torch/_inductor/"),
+            for path, diff in zip(paths[split:], diffs):
+                # per upstream file (where the newest release has it), the overlay's own
+                # edit's (its parts' flags come after)
+                variants.setdefault(FileDiff.read(path).upstream.removeprefix("torch/_inductor/"),
                                     variant_name(diff.path))
             # only the modules this overlay edits: the others' functions are not its swaps
             edited = {d.module for d in diffs}
@@ -468,8 +469,10 @@ def _function_edits(diffs: list[FileDiff]) -> list[FileDiff]:
     return [d for d in diffs if not d.module_level]
 
 
-def _body(code: types.CodeType) -> tuple[Any, ...]:
-    """What a compiled function does, whatever its line numbers."""
+def _body(code: types.CodeType | str) -> tuple[Any, ...]:
+    """What a compiled function does, whatever its line numbers (a template: its text)."""
+    if isinstance(code, str):
+        return (code,)
     consts = tuple(_body(c) if isinstance(c, types.CodeType) else c for c in code.co_consts)
     return code.co_code, consts, code.co_names
 
