@@ -99,7 +99,11 @@ def generate_row(spec, model) -> dict:
     row = {"model": spec.name, "row": "generate", "batch": 1, "tokens": NEW_TOKENS,
            "sides": {}}
     sides = ("stock", "overlay", "cache")
-    with torch.no_grad(), compiled_forwards(model, sides) as use:
+    # the frames past generate()'s graph breaks are the model's own, shared by the sides,
+    # each recompiled per side and KV-cache shape: at Dynamo's default limit of 8 the
+    # last side measured would run them eagerly
+    with torch.no_grad(), compiled_forwards(model, sides) as use, \
+            torch._dynamo.config.patch(recompile_limit=64):
         ref = model.generate(ids, **kw).logits[0]
         with region(device):
             eager = model.generate(ids, **kw)
