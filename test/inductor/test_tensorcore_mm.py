@@ -345,35 +345,35 @@ class TestCostModel(TestCase):
     """The plan and configs, from shapes alone: no compile."""
 
     def test_plan_per_shape(self):
-        T = planner.TileConfig
+        T, P = planner.TileConfig, planner.Path
         decode = T(16, 32, 128, 8, 2, 6)
         expected = {
-            (16, 4096, 4096): ("template", True, True, decode),
+            (16, 4096, 4096): (P.TEMPLATE, True, True, decode),
             # one 128-row tile streams the fp32 weight once
-            (128, 4096, 4096): ("template", False, True, T(128, 32, 128, 8, 4, 4)),
+            (128, 4096, 4096): (P.TEMPLATE, False, True, T(128, 32, 128, 8, 4, 4)),
             # several thin tiles an SM: a shallower pipeline (16x4096: one tile an SM)
             (16, 11008, 4096): (
-                "template",
+                P.TEMPLATE,
                 True,
                 True,
                 dataclasses.replace(decode, num_stages=3),
             ),
-            (16, 4096, 11008): ("template", True, True, decode),
+            (16, 4096, 11008): (P.TEMPLATE, True, True, decode),
             # tiles that re-read the operands: stock (max-autotune's 256x128x64 s3 swap)
-            (1024, 4096, 4096): ("stock", False, False, None),
-            (2048, 4096, 4096): ("stock", False, False, None),
-            (4096, 4096, 4096): ("stock", False, False, None),
-            (2048, 11008, 4096): ("stock", False, False, None),
-            (8192, 8192, 8192): ("stock", False, False, None),
+            (1024, 4096, 4096): (P.STOCK, False, False, None),
+            (2048, 4096, 4096): (P.STOCK, False, False, None),
+            (4096, 4096, 4096): (P.STOCK, False, False, None),
+            (2048, 11008, 4096): (P.STOCK, False, False, None),
+            (8192, 8192, 8192): (P.STOCK, False, False, None),
         }
         for mnk, want in expected.items():
             plan = planner.plan(linear_problem(*mnk), H200)
             got = (plan.path, plan.fused_a, plan.fused_b, plan.config)
             # a stock plan to measure names the template to time
-            if plan.path == "stock":
-                got = ("stock", False, False, None)
+            if plan.path is P.STOCK:
+                got = (P.STOCK, False, False, None)
             self.assertEqual(got, want, (mnk, plan.describe()))
-            if plan.path == "template":  # the bias cast in its epilogue, as autocast's
+            if plan.path is P.TEMPLATE:  # the bias cast in its epilogue, as autocast's
                 self.assertTrue(plan.fused_bias, mnk)
         # decode: the 16x32 tiles fill the SMs; M=128: the weight's cast pays in the
         # kernel whatever is done with x
@@ -469,6 +469,17 @@ class TestCostModel(TestCase):
         self.assertIsNone(
             planner.device_model(dataclasses.replace(t4, cc=90, dram_bw=0))
         )
+
+    def test_forced_path(self):
+        # the config names a path by its value, as the plan's log prints it
+        with inductor_config.patch(tensorcore_mm_force_path="stock"):
+            force = mm_tensorcore._force()
+        self.assertIs(force.path, planner.Path.STOCK)
+        forced = planner.plan(linear_problem(16, 4096, 4096), H200, force=force)
+        self.assertTrue(forced.describe().startswith("stock (forced);"), forced)
+        with inductor_config.patch(tensorcore_mm_force_path="cublas"):
+            with self.assertRaisesRegex(ValueError, "one of 'stock', 'template'"):
+                mm_tensorcore._force()
 
 
 @plans_as_h200

@@ -189,7 +189,7 @@ class TestAutotuneConfigs(TestCase):
             ]:
                 plan = planner.plan(linear_problem(m, n, 4096), dev)
                 cfg = plan.config
-                self.assertEqual(plan.path, "template", (gpu, m, n))
+                self.assertEqual(plan.path, planner.Path.TEMPLATE, (gpu, m, n))
                 self.assertEqual(cfg.SWAP_AB, swap, (gpu, m, n))
                 if swap:
                     self.assertEqual(
@@ -210,7 +210,7 @@ class TestAutotuneConfigs(TestCase):
             ]:
                 plan = planner.plan(linear_problem(m, n, k), dev)
                 cfg = plan.config
-                self.assertEqual(plan.path, "template", (gpu, m, n))
+                self.assertEqual(plan.path, planner.Path.TEMPLATE, (gpu, m, n))
                 self.assertEqual(
                     (plan.fused_a, cfg.SWAP_AB, cfg.BLOCK_M), (False, True, block_m)
                 )
@@ -239,7 +239,7 @@ class TestAutotuneConfigs(TestCase):
                 (200, 96, 4095, True),
             ]:
                 plan = planner.plan(linear_problem(m, n, k), dev)
-                self.assertEqual(plan.path, "template", (gpu, m, n, k))
+                self.assertEqual(plan.path, planner.Path.TEMPLATE, (gpu, m, n, k))
                 self.assertEqual(
                     (plan.fused_a, plan.fused_b), (fused_a, True), plan.describe()
                 )

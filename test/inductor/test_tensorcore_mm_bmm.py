@@ -60,7 +60,8 @@ class TestBatchedCostModel(TestCase):
             "bmm", 8, 16, 4096, 4096, op(8 * 16 * 4096, True), op(8 * 4096**2, True)
         )
         p1, p8 = planner.plan(one, H200), planner.plan(eight, H200)
-        self.assertEqual((p1.path, p8.path), ("template", "template"), p8.describe())
+        template = planner.Path.TEMPLATE
+        self.assertEqual((p1.path, p8.path), (template, template), p8.describe())
         self.assertGreater(p8.predictions[0].seconds, 4 * p1.predictions[0].seconds)
         self.assertGreaterEqual(p8.config.BLOCK_N, p1.config.BLOCK_N)
 

@@ -134,14 +134,14 @@ class TestGemvPlan(TestCase):
     def test_one_row_takes_gemv(self, mnk):
         # one row: a reduction over K reads each operand once, no MMA tile a sixteenth full
         plan = planner.plan(linear_problem(*mnk), H200)
-        self.assertEqual(plan.path, "gemv", plan.describe())
+        self.assertEqual(plan.path, planner.Path.GEMV, plan.describe())
         preds = {q.label: q.seconds for q in plan.predictions}
         self.assertLess(preds["gemv"], min(v for k, v in preds.items() if k != "gemv"))
         batched = dataclasses.replace(linear_problem(*mnk), op="bmm", batch=2)
-        self.assertEqual(planner.plan(batched, H200).path, "template")
+        self.assertEqual(planner.plan(batched, H200).path, planner.Path.TEMPLATE)
         # a symbolic M whose hint is 1 must serve larger M too: never the reduction
         dynamic = planner.plan_dynamic_m(linear_problem(*mnk), H200, 64)
-        self.assertEqual(dynamic.path, "template", dynamic.describe())
+        self.assertEqual(dynamic.path, planner.Path.TEMPLATE, dynamic.describe())
 
 
 @plans_as_h200
@@ -296,7 +296,7 @@ class TestFewRowsPlan(TestCase):
     )
     def test_block_m(self, mnk, rows):
         plan = planner.plan(linear_weight_problem(*mnk), H200)
-        self.assertEqual(plan.path, "template", plan.describe())
+        self.assertEqual(plan.path, planner.Path.TEMPLATE, plan.describe())
         self.assertEqual(plan.config.BLOCK_M, rows, plan.describe())
         if rows < 16:  # one row tile reads the weight once, K in deep steps
             self.assertEqual(plan.config.BLOCK_N, rows)
@@ -339,7 +339,7 @@ class TestFewRowsPlan(TestCase):
             plan = planner.plan_dynamic_m(
                 linear_weight_problem(hint, 1024, 1024), H200, m_max
             )
-            self.assertEqual(plan.path, "template", plan.describe())
+            self.assertEqual(plan.path, planner.Path.TEMPLATE, plan.describe())
             self.assertGreaterEqual(plan.config.BLOCK_M, 16, plan.describe())
         # up to the tile's own rows it may
         plan = planner.plan_dynamic_m(linear_weight_problem(2, 1024, 1024), H200, 2)
@@ -544,7 +544,7 @@ class TestTensorCoreMMFreezing(TensorCoreMMTestCase):
         self.assertRegex("\n".join(code), r"torch\.bfloat16 \(4096, 28672\)")
 
     def test_plans_for_a_frozen_weight(self):
-        op = planner.Operand
+        op, P = planner.Operand, planner.Path
 
         def problem(m, n, k, x_fp32=True):
             return planner.Problem(
@@ -576,29 +576,29 @@ class TestTensorCoreMMFreezing(TensorCoreMMTestCase):
         self.assertEqual(
             paths,
             {
-                (1, 4096, 4096): "gemv",
-                (16, 4096, 4096): "template",
-                (16, 14336, 4096): "template",
+                (1, 4096, 4096): P.GEMV,
+                (16, 4096, 4096): P.TEMPLATE,
+                (16, 14336, 4096): P.TEMPLATE,
                 # one row: the gemv, never a 16-row tile
-                (1, 4096, 14336): "gemv",
-                (1, 14336, 4096): "gemv",
+                (1, 4096, 14336): P.GEMV,
+                (1, 14336, 4096): P.GEMV,
                 # beyond decode, and where one tile an SM streams no faster than cuBLAS: stock
-                (64, 14336, 4096): "stock",
-                (256, 14336, 4096): "stock",
-                (16, 4096, 14336): "stock",
+                (64, 14336, 4096): P.STOCK,
+                (256, 14336, 4096): P.STOCK,
+                (16, 4096, 14336): P.STOCK,
             },
         )
         # one row of a weight stored [K, N] (GPT-2's Conv1D): read across its rows, the
         # gemv loses to cuBLAS
         conv1d = dataclasses.replace(problem(1, 5120, 1280), b_k_contiguous=False)
-        self.assertEqual(planner.plan(conv1d, H200).path, "stock")
+        self.assertEqual(planner.plan(conv1d, H200).path, P.STOCK)
         # a few rows over an odd vocabulary (GPT-2's lm_head): cuBLAS's unaligned rows
         # load no vectors, the template streams them
         lm_head = {
             n: planner.plan(problem(8, n, 1280, x_fp32=False), H200).path
             for n in (50257, 50304)
         }
-        self.assertEqual(lm_head, {50257: "template", 50304: "stock"})
+        self.assertEqual(lm_head, {50257: P.TEMPLATE, 50304: P.STOCK})
         plan = planner.plan(problem(16, 14336, 4096), H200)
         # the weight is read as stored, 2 bytes an element
         self.assertFalse(plan.fused_b)
@@ -607,10 +607,10 @@ class TestTensorCoreMMFreezing(TensorCoreMMTestCase):
         batched = dataclasses.replace(
             problem(16, 14336, 4096, x_fp32=False), op="bmm", batch=2
         )
-        self.assertEqual(planner.plan(batched, H200).path, "stock")
+        self.assertEqual(planner.plan(batched, H200).path, P.STOCK)
         unknown = dataclasses.replace(H200, stream_cublas16=0.0)
         self.assertEqual(
-            planner.plan(problem(16, 14336, 4096, x_fp32=False), unknown).path, "stock"
+            planner.plan(problem(16, 14336, 4096, x_fp32=False), unknown).path, P.STOCK
         )
 
     @requires_cuda_sm80

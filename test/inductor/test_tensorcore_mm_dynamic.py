@@ -72,12 +72,12 @@ class TestDynamicMPlan(TestCase):
     def test_dynamic_m_plan_holds_over_the_range(self):
         p = linear_problem(16, 4096, 4096)
         bounded = planner.plan_dynamic_m(p, H200, 64)
-        self.assertEqual(bounded.path, "template", bounded.describe())
+        self.assertEqual(bounded.path, planner.Path.TEMPLATE, bounded.describe())
         hinted = planner.plan(p, H200)
         # not M=16's tile
         self.assertGreater(bounded.config.BLOCK_M, hinted.config.BLOCK_M)
         unbounded = planner.plan_dynamic_m(p, H200, 8192)
-        self.assertEqual(unbounded.path, "stock", unbounded.describe())
+        self.assertEqual(unbounded.path, planner.Path.STOCK, unbounded.describe())
 
     def test_dynamic_m_splits(self):
         # an unbounded M from 2: each split below which one config wins throughout
@@ -86,7 +86,7 @@ class TestDynamicMPlan(TestCase):
         self.assertEqual([s for s, _ in splits], [16, 64])  # not 256: tiles re-read x
         self.assertEqual(splits[0][1].config.num_warps, 2)  # a 16-row tile's
         for split, q in splits:
-            self.assertEqual(q.path, "template")
+            self.assertEqual(q.path, planner.Path.TEMPLATE)
             self.assertLessEqual(q.config.BLOCK_M, split)
             at_split = planner.at_m(p, split)
             self.assertLess(
@@ -96,7 +96,10 @@ class TestDynamicMPlan(TestCase):
         # below m_max
         self.assertEqual(planner.dynamic_m_splits(p, H200, 2, 64)[-1][0], 16)
         self.assertEqual(
-            planner.dynamic_m_splits(p, H200, 2, 8192, planner.Force(path="stock")), []
+            planner.dynamic_m_splits(
+                p, H200, 2, 8192, planner.Force(path=planner.Path.STOCK)
+            ),
+            [],
         )
         self.assertEqual(
             [s for s, _ in planner.dynamic_m_splits(p, H200, 17, 8192)], [64]
@@ -110,7 +113,7 @@ class TestDynamicMPlan(TestCase):
         self.assertEqual([bound for bound, _ in kernels], [16, 64, 256, 8192])
         self.assertEqual(kernels[0][1].config.num_warps, 2)  # a 16-row tile's
         self.assertEqual({(q.fused_a, q.fused_b) for _, q in kernels}, {(False, True)})
-        self.assertEqual({q.path for _, q in kernels}, {"template"})
+        self.assertEqual({q.path for _, q in kernels}, {planner.Path.TEMPLATE})
         blocks = [q.config.BLOCK_M for _, q in kernels]
         self.assertEqual(blocks, sorted(blocks))
         # the kernels share the call's arguments: a split-K workspace in all or none
@@ -123,7 +126,10 @@ class TestDynamicMPlan(TestCase):
             [],
         )
         self.assertEqual(
-            planner.dynamic_m_kernels(p, H200, 2, 8192, planner.Force(path="stock")), []
+            planner.dynamic_m_kernels(
+                p, H200, 2, 8192, planner.Force(path=planner.Path.STOCK)
+            ),
+            [],
         )
 
     def test_dispatch_picks_each_ranges_kernel(self):

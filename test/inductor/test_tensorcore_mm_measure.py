@@ -53,7 +53,9 @@ class TestMeasuredPlan(TestCase):
         # decode streams the fp32 weight once: a large predicted win is taken as is
         decode = planner.plan(linear_problem(16, 4096, 4096), H200)
         self.assertEqual(
-            (decode.path, decode.measure), ("template", False), decode.describe()
+            (decode.path, decode.measure),
+            (planner.Path.TEMPLATE, False),
+            decode.describe(),
         )
         # a smaller predicted win, the weight still streamed once: timed on the device
         for mnk in [(64, 14336, 4096), (256, 4096, 4096)]:
@@ -65,12 +67,14 @@ class TestMeasuredPlan(TestCase):
             plan = planner.plan(linear_problem(*mnk), H200)
             self.assertEqual(
                 (plan.path, plan.reason, plan.measure),
-                ("stock", planner.REREAD, False),
+                (planner.Path.STOCK, planner.REREAD, False),
                 plan.describe(),
             )
         # predicted slower: stock, nothing to time
         big = planner.plan(linear_problem(4096, 4096, 4096), H200)
-        self.assertEqual((big.path, big.measure), ("stock", False), big.describe())
+        self.assertEqual(
+            (big.path, big.measure), (planner.Path.STOCK, False), big.describe()
+        )
 
     def test_every_win_is_measured_off_the_calibrated_architecture(self):
         # the rates were measured on sm_90: decode's large predicted win is taken as is
@@ -80,11 +84,15 @@ class TestMeasuredPlan(TestCase):
             dev = planner.device_model(dataclasses.replace(h100, cc=cc))
             decode = planner.plan(linear_problem(16, 4096, 4096), dev)
             self.assertEqual(
-                (decode.path, decode.measure), ("template", measure), decode.describe()
+                (decode.path, decode.measure),
+                (planner.Path.TEMPLATE, measure),
+                decode.describe(),
             )
             # where stock is predicted faster nothing is timed, on any architecture
             big = planner.plan(linear_problem(4096, 4096, 4096), dev)
-            self.assertEqual((big.path, big.measure), ("stock", False), big.describe())
+            self.assertEqual(
+                (big.path, big.measure), (planner.Path.STOCK, False), big.describe()
+            )
 
 
 class TestTensorCoreMMDefaultMode(TensorCoreMMTestCase):

@@ -180,10 +180,24 @@ def _force() -> planner.Force:
     """What ``config.tensorcore_mm_force_*`` force (tests, measurements)."""
     config = inductor_config.tensorcore_mm_force_config
     return planner.Force(
-        path=inductor_config.tensorcore_mm_force_path,
+        path=_force_path(inductor_config.tensorcore_mm_force_path),
         fused=inductor_config.tensorcore_mm_force_fused,
         config=planner.TileConfig(**config) if config is not None else None,
     )
+
+
+def _force_path(value: str | None) -> planner.Path | None:
+    """``config.tensorcore_mm_force_path`` as the plan's path; None forces none."""
+    if value is None:
+        return None
+    try:
+        return planner.Path(value)
+    except ValueError:
+        allowed = ", ".join(repr(path.value) for path in planner.Path)
+        raise ValueError(
+            f"config.tensorcore_mm_force_path is {value!r}: expected None or one of "
+            f"{allowed}"
+        ) from None
 
 
 def _count(key: str) -> None:
@@ -549,7 +563,7 @@ def _decide(target: Any, args: tuple, kwargs: dict) -> Any:
     else:
         the_plan = planner.plan(mm.problem, dev, force=force)
     plan_log.debug("%s %s: %s", node, mm.shape, the_plan.describe())
-    if the_plan.path == "gemv":
+    if the_plan.path is planner.Path.GEMV:
         return _lower_gemv_plan(mm, autotune)
     # timing needs a live device: a compile from fake tensors alone goes by the prediction
     measure = (
@@ -604,7 +618,7 @@ def _check_plan(mm: _Matmul, the_plan: Any, measure: bool, autotune: bool) -> No
     """Decline a plan for stock unless timing or autotuning is to decide, counted
     by why stock serves."""
     reread = the_plan.stock_reason is planner.StockReason.REREAD
-    if the_plan.path == "template" or measure or (autotune and reread):
+    if the_plan.path is planner.Path.TEMPLATE or measure or (autotune and reread):
         return
     if reread:
         raise _Decline("reread", fallback=False)

@@ -356,11 +356,11 @@ def _with_stages(
 
 @dataclasses.dataclass(frozen=True)
 class Force:
-    """What tests and measurements force (``config.tensorcore_mm_force_*``): the path
-    ("stock", "template" or "gemv"), the operands (a, b) cast in the kernel, the tile
-    config. None leaves it to the cost model."""
+    """What tests and measurements force (``config.tensorcore_mm_force_*``): the path,
+    the operands (a, b) cast in the kernel, the tile config. None leaves it to the cost
+    model."""
 
-    path: str | None = None
+    path: Path | None = None
     fused: tuple[bool, bool] | None = None
     config: TileConfig | None = None
 
@@ -752,9 +752,17 @@ class StockReason(enum.Enum):
     DYNAMIC_M = "dynamic_m_range"  # no config holds up over a symbolic M's range
 
 
+class Path(str, enum.Enum):
+    """How a plan runs the matmul."""
+
+    STOCK = "stock"  # Inductor's lowering: the operands' casts, then the 16-bit GEMM
+    TEMPLATE = "template"  # the template, casting the fused operands in the kernel
+    GEMV = "gemv"  # one row: a reduction over K reading each operand once
+
+
 @dataclasses.dataclass(frozen=True)
 class Plan:
-    path: str  # "stock" | "template" | "gemv"
+    path: Path
     reason: str
     fused_a: bool = False
     fused_b: bool = False
@@ -770,7 +778,7 @@ class Plan:
         rows = ", ".join(f"{q.label}={q.seconds * 1e6:.1f}us" for q in self.predictions)
         cfg = f" config {self.config}" if self.config else ""
         how = ", to measure" if self.measure else ""
-        return f"{self.path} ({self.reason}{how}){cfg}; predicted {rows}"
+        return f"{self.path.value} ({self.reason}{how}){cfg}; predicted {rows}"
 
 
 def cast_seconds(op: Operand, dev: DeviceModel) -> float:
@@ -1021,36 +1029,38 @@ def plan(
     row, ``allow_gemv``) the gemv reduction."""
     stock = Prediction("stock", predict(p, dev))
     options = _cast_options(p, dev)
-    if force.path == "stock":
-        return Plan("stock", "forced", predictions=(stock,))
+    if force.path is Path.STOCK:
+        return Plan(Path.STOCK, "forced", predictions=(stock,))
     gemv = (
         Prediction("gemv", predict_gemv(p, dev))
         if allow_gemv and gemv_applies(p)
         else None
     )
-    if force.path == "gemv" and gemv is not None:
-        return Plan("gemv", "forced", predictions=(stock, gemv))
+    if force.path is Path.GEMV and gemv is not None:
+        return Plan(Path.GEMV, "forced", predictions=(stock, gemv))
     if force.fused is not None:
         options = [f for f in options if f == tuple(force.fused)]
     if not options:
-        return Plan("stock", "no operand to cast in the kernel", predictions=(stock,))
+        return Plan(
+            Path.STOCK, "no operand to cast in the kernel", predictions=(stock,)
+        )
     preds = (stock, *_template_predictions(p, dev, options, force))
     if len(preds) == 1:
         return Plan(
-            "stock",
+            Path.STOCK,
             "smem: no tile config fits shared memory",
             predictions=preds,
             stock_reason=StockReason.SMEM,
         )
     best = _best_template(p, preds[1:])
-    if gemv is not None and force.path != "template":
+    if gemv is not None and force.path is not Path.TEMPLATE:
         gemv_plan = _gemv_plan(p, dev, gemv, stock, best, preds)
         if gemv_plan is not None:
             return gemv_plan
     fused_bias = p.bias is not None and p.bias.castable
-    if force.path == "template":
+    if force.path is Path.TEMPLATE:
         return Plan(
-            "template",
+            Path.TEMPLATE,
             "forced",
             best.fused_a,
             best.fused_b,
@@ -1138,12 +1148,12 @@ def _gemv_plan(
         # (GPT-2's Conv1D) is read across its rows, slower than cuBLAS
         if p.b_k_contiguous and gemv.seconds <= stock.seconds:
             return Plan(
-                "gemv", "predicted no slower, one kernel", predictions=(*preds, gemv)
+                Path.GEMV, "predicted no slower, one kernel", predictions=(*preds, gemv)
             )
-        return Plan("stock", "cost model: no clear win", predictions=(*preds, gemv))
+        return Plan(Path.STOCK, "cost model: no clear win", predictions=(*preds, gemv))
     clear = gemv.seconds <= stock.seconds * (1.0 - dev.margin)
     if gemv.seconds < best.seconds and clear:
-        return Plan("gemv", "predicted faster", predictions=(*preds, gemv))
+        return Plan(Path.GEMV, "predicted faster", predictions=(*preds, gemv))
     return None
 
 
@@ -1173,7 +1183,7 @@ def _predicted_plan(
     # Stock, which max-autotune may still benchmark against the template (``config``).
     if p.epilogue is None and math.ceil(p.m / best.config.BLOCK_M) > 2:
         return Plan(
-            "stock",
+            Path.STOCK,
             REREAD,
             best.fused_a,
             best.fused_b,
@@ -1188,7 +1198,7 @@ def _predicted_plan(
     measure = p.epilogue is None and speedup >= 1.0 and (bound or speedup < dev.certain)
     if best.seconds <= stock.seconds * (1.0 - margin):
         return Plan(
-            "template",
+            Path.TEMPLATE,
             "predicted faster",
             best.fused_a,
             best.fused_b,
@@ -1199,7 +1209,7 @@ def _predicted_plan(
         )
     if measure:
         return Plan(
-            "stock",
+            Path.STOCK,
             "cost model: no clear win",
             best.fused_a,
             best.fused_b,
@@ -1208,7 +1218,7 @@ def _predicted_plan(
             preds,
             measure,
         )
-    return Plan("stock", "cost model: no clear win", predictions=preds)
+    return Plan(Path.STOCK, "cost model: no clear win", predictions=preds)
 
 
 def at_m(p: Problem, m: int) -> Problem:
@@ -1244,7 +1254,7 @@ def plan_dynamic_m(
     """
     # a reduction over K for one row would run every larger M row by row: never here
     base = plan(p, dev, allow_gemv=False, force=force)
-    if base.path != "template" or m_max <= p.m or force.path or force.config:
+    if base.path is not Path.TEMPLATE or m_max <= p.m or force.path or force.config:
         return base
     # every operand set the hint considered: casting x in the kernel pays at small M only
     options = dict.fromkeys(
@@ -1253,7 +1263,7 @@ def plan_dynamic_m(
     best, best_worst = range_config(p, dev, m_max, list(options), tolerance)
     if best is None or best_worst > 1.0:
         return Plan(
-            "stock",
+            Path.STOCK,
             f"dynamic M up to {m_max}: no config holds up",
             predictions=base.predictions,
             stock_reason=StockReason.DYNAMIC_M,
@@ -1311,7 +1321,7 @@ def dynamic_m_splits(
         for split in M_SPLITS
         if low.m <= split < m_max
     ]
-    return [(split, q) for split, q in plans if q.path == "template"]
+    return [(split, q) for split, q in plans if q.path is Path.TEMPLATE]
 
 
 def dynamic_m_kernels(
