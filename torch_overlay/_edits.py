@@ -445,7 +445,8 @@ class Swap:
 
 
 def plan_swaps(diffs: list[FileDiff]) -> list[Swap | TemplateSwap]:
-    """Swaps that realise ``diffs`` (function edits only) on the installed torch; none done yet.
+    """Swaps that realise ``diffs`` (function and template edits) on the installed torch;
+    none done yet.
 
     Diffs of one module apply in the order given, each to the text the previous left, and
     every function any of them touches is compiled once from the final text. Raises
