@@ -87,7 +87,9 @@ class TestBmmPrologue(TestCase):
         b = torch.randn(B, K, N, device=GPU_TYPE, dtype=b_dtype) / K**0.5
         return a, b
 
-    @parametrize("sizes", ((4, 64, 128, 256), (3, 37, 120, 250), (2, 1, 64, 96)), name_fn=shape)
+    @parametrize(
+        "sizes", ((4, 64, 128, 256), (3, 37, 120, 250), (2, 1, 64, 96)), name_fn=shape
+    )
     def test_upcast_fuses(self, sizes):
         code = get_code(torch.compile(upcast_a), *self.inputs(*sizes))[0]
         self.check_kernels(code, 1)
