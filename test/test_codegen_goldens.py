@@ -23,6 +23,7 @@ from torch_overlay.testing.golden import normalize
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent / "inductor"))
 import test_bmm_prologue  # noqa: E402
 import test_downcast_mm  # noqa: E402
+import test_downcast_mm_bmm  # noqa: E402
 import test_gelu_add  # noqa: E402
 import test_matmul_meta  # noqa: E402
 import test_tensorcore_mm  # noqa: E402
@@ -92,6 +93,9 @@ TestBmmPrologue = goldens(test_bmm_prologue, test_bmm_prologue.TestBmmPrologue, 
     "test_upcast_fuses_3x37x120x250",
     "test_weight_downcast_at_decode_M_16",
     "test_flag_off_keeps_the_producer_apart"])
+TestDowncastBmm = goldens(test_downcast_mm_bmm, test_downcast_mm_bmm.TestDowncastBmm, [
+    "test_decode_takes_the_template_m_16",
+    "test_baddbmm"])
 TestMatmulMetaCUDACodegen = goldens(test_matmul_meta, test_matmul_meta.TestMatmulMetaCUDACodegen,
                                     ["test_autocast_linear"])
 

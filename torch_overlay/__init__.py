@@ -51,6 +51,8 @@ OVERLAYS: tuple[Overlay, ...] = tuple(REGISTRY.register(o) for o in (
         purpose="the bmm template loads its operands through load_input, as the mm "
                 "template does, so that a prologue (a cast of an operand) fuses into it",
         flag="bmm_prologue_fusion",
+        # downcast_mm's choice for a batch of downcast weights (bmm, baddbmm)
+        parts=("downcast_mm_bmm",),
     ),
     Overlay(
         name="matmul_meta",

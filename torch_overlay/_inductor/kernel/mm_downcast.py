@@ -14,7 +14,10 @@ registers. Before lowering, fx_passes/decompose_downcast_mm.py rewrites what
 rows than one row tile spans as ``w @ x.t()``, transposed back, where the weight is the
 template's A operand and its column tiles span x's rows. A symbolic M that may pass one
 row tile gets a kernel per range of M (``mm_downcast_plan.dispatch``), and Inductor's
-size-hint multi-kernel runs the one of M's range, with no guard on M.
+size-hint multi-kernel runs the one of M's range, with no guard on M. A bmm or
+baddbmm of a batch of such weights (experts at decode) gets the bmm template where it
+loads its operands through ``load_input`` (``config.bmm_prologue_fusion``), so that the
+cast fuses the same way.
 """
 
 from __future__ import annotations
@@ -29,12 +32,14 @@ from torch._dynamo.utils import counters
 from torch._inductor import config, ir
 from torch._inductor.choices import InductorChoices, register_inductor_choices
 from torch._inductor.heuristics.template.downcast_mm import (
+    BMM_OPS,
     downcast_device,
     DOWNCAST_OPS,
     downcast_problem,
     downcast_problem_fx,
 )
 from torch._inductor.ir import ChoiceCaller, FixedLayout
+from torch._inductor.kernel.bmm import bmm_template
 from torch._inductor.kernel.mm import mm_template
 from torch._inductor.kernel.mm_downcast_plan import Rewrite, rewrite
 from torch._inductor.kernel_inputs import MMKernelInputs
@@ -154,7 +159,8 @@ class DowncastMMChoices(InductorChoices):
             )
         ):
             return choices
-        downcast = list(self.get_ktc(kernel_inputs, mm_template, DOWNCAST_OPS[op_name]))
+        template = bmm_template if op_name in BMM_OPS else mm_template
+        downcast = list(self.get_ktc(kernel_inputs, template, DOWNCAST_OPS[op_name]))
         if not downcast:
             return choices
         hints = [ktc.params.to_kwargs().get("hint_override") for ktc in downcast]

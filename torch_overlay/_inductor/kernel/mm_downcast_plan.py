@@ -67,7 +67,8 @@ class Decline(enum.Enum):
 @dataclasses.dataclass(frozen=True)
 class DowncastMM:
     """One matmul as the plan sees it: ``[M, K] @ [K, N]``, the weight cast from fp32:
-    B (``x @ w``), or A (``w @ x.t()``, swapped: M counts the weight's rows, N x's)."""
+    B (``x @ w``), or A (``w @ x.t()``, swapped: M counts the weight's rows, N x's); a
+    bmm's ``batch`` of them, each with a weight of its own, in one grid."""
 
     m_max: int  # the largest M the kernel must serve (M itself where static)
     n: int
@@ -77,6 +78,7 @@ class DowncastMM:
     x_itemsize: int = 2  # x as the template loads it (its cast stays a kernel apart)
     k_contiguous: bool = False  # the weight (B) is [N, K] in memory (F.linear's)
     m_hint: int = 0  # a symbolic M's size hint; 0 where M is static
+    batch: int = 1  # matmuls of these sizes (a bmm's batch), each its own weight
 
     @property
     def weight_is_a(self) -> bool:
@@ -150,7 +152,7 @@ TALL_TILES = {
 def _tall(p: DowncastMM, dev: Device) -> list[TileConfig]:
     """65-128 rows: the widest 128-row tile whose column tiles fill one wave, then the
     others; 64 columns first where every width takes more than one wave."""
-    tiles = {w: math.ceil(p.n / w) for w in TALL_TILES}
+    tiles = {w: p.batch * math.ceil(p.n / w) for w in TALL_TILES}
     one_wave = [w for w in TALL_TILES if tiles[w] <= dev.sm_count]
     busy = [w for w in one_wave if tiles[w] >= MIN_SM_SHARE * dev.sm_count]
     if one_wave and not busy:
@@ -203,7 +205,7 @@ def _preferred(p: DowncastMM, dev: Device) -> list[TileConfig]:
     if p.m_max > 64:
         return _tall(p, dev)
     narrow, wide = TileConfig(64, 32, 128, 4, 5), TileConfig(64, 64, 128, 4, 4)
-    if p.n / wide.BLOCK_N >= WIDE_TILES_PER_SM * dev.sm_count:
+    if p.batch * p.n / wide.BLOCK_N >= WIDE_TILES_PER_SM * dev.sm_count:
         return [wide, narrow]
     return [narrow, wide]
 
@@ -251,7 +253,7 @@ def plan(p: DowncastMM, dev: Device, *, neighbours: bool = False) -> Plan:
         return Plan(decline=Decline.EMPTY)
     if rows > (MAX_SWAPPED_ROWS if p.weight_is_a else MAX_ROWS):
         return Plan(decline=Decline.TOO_MANY_ROWS)
-    if weight_rows * p.k < MIN_WEIGHT_NUMEL:
+    if p.batch * weight_rows * p.k < MIN_WEIGHT_NUMEL:
         return Plan(decline=Decline.SMALL_WEIGHT)
     preferred = _weight_rows(p, dev) if p.weight_is_a else _preferred(p, dev)
     if not preferred:

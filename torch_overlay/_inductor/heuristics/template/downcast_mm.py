@@ -1,8 +1,9 @@
 """Configs of the mm template for a matmul whose weight is an fp32 -> 16-bit cast.
 
-Registered for the op names ``mm-downcast`` and ``addmm-downcast``, which
-kernel/mm_downcast.py's ``DowncastMMChoices`` asks for; they run in default mode too and
-yield kernel/mm_downcast_plan.py's configs, none where the plan declines.
+Registered for the op names ``mm-downcast`` and ``addmm-downcast``, and for the bmm
+template ``bmm-downcast`` and ``baddbmm-downcast``, which kernel/mm_downcast.py's
+``DowncastMMChoices`` asks for; they run in default mode too and yield
+kernel/mm_downcast_plan.py's configs, none where the plan declines.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from torch._inductor.heuristics.template.triton import (
     CUDAAddMMTemplateConfigHeuristic,
     CUDAMMTemplateConfigHeuristic,
 )
+from torch._inductor.kernel.bmm import bmm_template
 from torch._inductor.kernel.mm import mm_template
 from torch._inductor.kernel.mm_downcast_plan import (
     Device,
@@ -43,7 +45,13 @@ aten = torch.ops.aten
 prims = torch.ops.prims
 
 # the op names this file's heuristics serve: the mm template's configs for a downcast weight
-DOWNCAST_OPS = {"mm": "mm-downcast", "addmm": "addmm-downcast"}
+DOWNCAST_OPS = {
+    "mm": "mm-downcast",
+    "addmm": "addmm-downcast",
+    "bmm": "bmm-downcast",
+    "baddbmm": "baddbmm-downcast",
+}
+BMM_OPS = ("bmm", "baddbmm")
 _VIEWS = (
     aten.permute.default,
     aten.t.default,
@@ -127,7 +135,7 @@ def _downcast_operand(
     """The lowered matmul's mat1 (``operand`` 0) or mat2 (1) is an fp32 tensor cast to
     16 bits for it alone."""
     node = V.graph.current_node
-    index = {"mm": 0, "addmm": 1}[op_name] + operand
+    index = {"mm": 0, "addmm": 1, "bmm": 0, "baddbmm": 1}[op_name] + operand
     if node is None or len(node.args) <= index:
         return False
     return _single_use_cast(node.args[index]) is not None and _reads_fp32_downcast(
@@ -154,14 +162,22 @@ def downcast_problem(kernel_inputs: MMKernelInputs, op_name: str) -> DowncastMM 
     if not isinstance(k, (int, sympy.Integer)):
         return None
     m_max, m_hint = _m_range(m)
+    mat1 = kernel_inputs.mat1mat2()[0]
+    batch = mat1.get_size()[0] if op_name in BMM_OPS else 1
+    if not isinstance(batch, (int, sympy.Integer)):
+        return None
     p = DowncastMM(
         m_max=m_max,
         m_hint=m_hint,
         n=int(n),
         k=int(k),
         weight_downcast=_downcast_operand(kernel_inputs, op_name, 1),
-        # a weight has static rows: A of a symbolic M is the activation
-        a_downcast=not m_hint and _downcast_operand(kernel_inputs, op_name, 0),
+        # a weight has static rows: A of a symbolic M is the activation; a bmm is
+        # not swapped
+        a_downcast=not m_hint
+        and op_name not in BMM_OPS
+        and _downcast_operand(kernel_inputs, op_name, 0),
+        batch=int(batch),
     )
     x = kernel_inputs.mat1mat2()[1 if p.weight_is_a else 0]
     return dataclasses.replace(p, x_itemsize=x.get_dtype().itemsize)
@@ -187,16 +203,20 @@ class DowncastMMConfigMixin:
     ) -> Generator[dict[str, Any], None, None]:
         assert isinstance(kernel_inputs, MMKernelInputs)
         op = op_name.removesuffix("-downcast")
+        if op in BMM_OPS and not self.get_extra_kwargs(kernel_inputs, op_name).get(
+            "PROLOGUE_LOADS"
+        ):
+            return  # the bmm template's loads would not fuse the cast
         problem = downcast_problem(kernel_inputs, op)
         if problem is None:
             return
         autotune = config.max_autotune or config.max_autotune_gemm
         device = downcast_device(kernel_inputs.device())
         configs: list[tuple[TileConfig, int | None]] = []
-        if not autotune and not V.graph.cpp_wrapper:
+        if not autotune and not V.graph.cpp_wrapper and op not in BMM_OPS:
             # a symbolic M: a kernel per range of M, each for its size hint (the C++
             # wrapper calls a multi-kernel with one kernel's arguments, which kernels
-            # of other grids do not share)
+            # of other grids do not share; a bmm keeps one kernel, for M's largest)
             configs = [(q.config, q.hint) for q in dispatch(problem, device)]
         if not configs:
             configs = [
@@ -262,3 +282,33 @@ class CUDADowncastAddMMTemplateConfigHeuristic(
             [realize_inputs(expand(bias, size)), mat1, mat2],
             scalars=kernel_inputs._scalars,
         )
+
+
+@register_template_heuristic(
+    bmm_template.uid,
+    "cuda",
+    register=torch.version.hip is None,
+    op_name=DOWNCAST_OPS["bmm"],
+)
+class CUDADowncastBMMTemplateConfigHeuristic(
+    DowncastMMConfigMixin, CUDAMMTemplateConfigHeuristic
+):
+    def get_extra_kwargs(
+        self, kernel_inputs: KernelInputs, op_name: str
+    ) -> dict[str, Any]:
+        return super().get_extra_kwargs(kernel_inputs, "bmm")
+
+
+@register_template_heuristic(
+    bmm_template.uid,
+    "cuda",
+    register=torch.version.hip is None,
+    op_name=DOWNCAST_OPS["baddbmm"],
+)
+class CUDADowncastBaddBMMTemplateConfigHeuristic(
+    DowncastMMConfigMixin, CUDAAddMMTemplateConfigHeuristic
+):
+    def get_extra_kwargs(
+        self, kernel_inputs: KernelInputs, op_name: str
+    ) -> dict[str, Any]:
+        return super().get_extra_kwargs(kernel_inputs, "baddbmm")
