@@ -95,6 +95,7 @@ TestBmmPrologue = goldens(test_bmm_prologue, test_bmm_prologue.TestBmmPrologue, 
     "test_flag_off_keeps_the_producer_apart"])
 TestDowncastBmm = goldens(test_downcast_mm_bmm, test_downcast_mm_bmm.TestDowncastBmm, [
     "test_decode_takes_the_template_m_16",
+    "test_one_row_reduces",
     "test_baddbmm"])
 TestMatmulMetaCUDACodegen = goldens(test_matmul_meta, test_matmul_meta.TestMatmulMetaCUDACodegen,
                                     ["test_autocast_linear"])

@@ -6,7 +6,8 @@ A bmm or baddbmm of a batch of fp32 weights cast to 16 bits (experts at decode) 
 the bmm template alone from ``DowncastMMChoices`` where one row tile spans M, with
 configs from the plan (kernel/mm_downcast_plan.py) for the batch's tiles; the bmm
 template then loads its operands through ``load_input``, and the cast fuses into it as
-a prologue. The plan is checked as plain Python, the code with ``get_code`` (nothing
+a prologue. One row is a reduction over K (fx_passes/decompose_downcast_mm.py), whose
+loads fuse the cast. The plan is checked as plain Python, the code with ``get_code`` (nothing
 runs), the values on a GPU.
 """
 
@@ -97,11 +98,25 @@ class TestDowncastBmm(TestCase):
         # one choice: nothing benchmarked in default mode
         self.assertEqual(counters["inductor"]["select_algorithm_autotune"], 0)
 
+    def check_reduction(self, code):
+        # one row: a reduction over K loads the fp32 weights; no kernel writes their
+        # 16-bit copy
+        FileCheck().check("def triton_red").check("tl.sum").run(code)
+        self.assertNotIn("def triton_tem", code)
+        self.assertNotIn("extern_kernels.bmm", code)
+        self.assertEqual(code.count("@triton.jit"), 2)
+        self.assertEqual(counters["inductor"]["decompose_downcast_mm"], 1)
+
     @skipIfRocm
-    @parametrize("m", (1, 16, 37, 128))
+    @parametrize("m", (16, 37, 128))
     def test_decode_takes_the_template(self, m):
         code = get_code(torch.compile(experts), *self.inputs(8, m))[0]
         self.check_template(code)
+
+    def test_one_row_reduces(self):
+        code = get_code(torch.compile(experts), *self.inputs(8, 1))[0]
+        self.check_reduction(code)
+        self.assertNotIn("33554432", code)  # 8 x 1024 x 4096
 
     @skipIfRocm
     def test_baddbmm(self):
@@ -130,7 +145,10 @@ class TestDowncastBmm(TestCase):
     def test_values(self, m):
         x, w = self.inputs(8, m, 1000, 1030)
         out, code = run_and_get_code(torch.compile(experts), x, w)
-        self.check_template(code[0])
+        if m == 1:
+            self.check_reduction(code[0])
+        else:
+            self.check_template(code[0])
         ref = torch.bmm(x.double(), w.double().transpose(1, 2))
         eager = experts(x, w)
         self.assertLessEqual(

@@ -14,6 +14,9 @@ An mm or addmm over a single-use fp32 -> 16-bit cast of its weight (kernel/mm_do
 - More rows than one row tile of the mm template spans are swapped, ``(w @ x.t()).t()``:
   the weight is the template's A operand, its column tiles span x's rows, and prologue
   fusion loads it as fp32. An addmm's bias stays in the template's epilogue, as a column.
+
+A bmm of one row over a batch of downcast weights (experts at decode) is a reduction over
+K too, ``sum(x[:, :, :, None] * w[:, None], 2)``; a bmm is never swapped.
 """
 
 from __future__ import annotations
@@ -115,4 +118,23 @@ def decompose_addmm(match: Match, bias: Any, mat1: Any, mat2: Any) -> None:
         match.replace_by_example(_swapped_addmm, [bias, mat1, mat2])
         return
     match.replace_by_example(repl, [bias, mat1, mat2])
+    _realize(mat1)
+
+
+def _reduces(match: Match) -> bool:
+    return _rewrite(match) is Rewrite.REDUCE_OVER_K
+
+
+def _batched_reduction(mat1: torch.Tensor, mat2: torch.Tensor) -> torch.Tensor:
+    return torch.sum(mat1.unsqueeze(3) * mat2.unsqueeze(1), dim=2)
+
+
+@register_graph_pattern(
+    CallFunction(aten.bmm, Arg(), Arg()),
+    pass_dict=DECOMPOSE_DOWNCAST_MM,
+    extra_check=_reduces,
+)
+def decompose_bmm(match: Match, mat1: Any, mat2: Any) -> None:
+    _count(Rewrite.REDUCE_OVER_K)
+    match.replace_by_example(_batched_reduction, [mat1, mat2])
     _realize(mat1)

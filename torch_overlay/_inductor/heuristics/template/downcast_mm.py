@@ -92,17 +92,17 @@ def _fx_downcast(arg: Any) -> bool:
 
 
 def downcast_problem_fx(mat1: Any, mat2: Any) -> DowncastMM | None:
-    """The plan's view of a matmul from its FX operands, before lowering; None where a
-    size is symbolic or the operands are not on CUDA."""
+    """The plan's view of a matmul (an mm's, a bmm's) from its FX operands, before
+    lowering; None where a size is symbolic or the operands are not on CUDA."""
     a, b = (getattr(x, "meta", {}).get("val") for x in (mat1, mat2))
     if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
         return None
-    if a.dim() != 2 or b.dim() != 2 or b.device.type != "cuda":
+    if a.dim() != b.dim() or a.dim() not in (2, 3) or b.device.type != "cuda":
         return None
-    (m, k), n = a.shape, b.shape[1]
-    if not all(isinstance(v, int) for v in (m, n, k)):
+    (m, k), n, batch = a.shape[-2:], b.shape[-1], a.shape[0] if a.dim() == 3 else 1
+    if not all(isinstance(v, int) for v in (m, n, k, batch)):
         return None
-    stride = b.stride(0)
+    stride = b.stride(-2)
     return DowncastMM(
         m_max=m,
         n=n,
@@ -110,6 +110,7 @@ def downcast_problem_fx(mat1: Any, mat2: Any) -> DowncastMM | None:
         weight_downcast=_fx_downcast(mat2),
         x_itemsize=a.dtype.itemsize,
         k_contiguous=isinstance(stride, int) and stride == 1,
+        batch=batch,
     )
 
 
