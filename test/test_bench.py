@@ -377,7 +377,7 @@ class TestPublished(TestCase):
         published = (REPO / "BENCHMARKS.md").read_text()
         self.assertEqual(out.getvalue(), published,
                          "BENCHMARKS.md is stale: python tools/bench.py report > BENCHMARKS.md")
-        self.assertLess(len(published.splitlines()), 400)  # a few hundred lines
+        self.assertLess(len(published.splitlines()), 420)  # a few hundred lines
 
     def test_every_table_names_gpu_and_releases_and_every_row_a_date(self):
         text = (REPO / "BENCHMARKS.md").read_text()
