@@ -169,9 +169,11 @@ class TestExportPatches(TestCase):
                 self.assertIn(f"Subject: [PATCH] [inductor] {name}: ", text)
                 parsed = export_patches.parse_diff(text)
                 if name in PARTS:
-                    # a part edits its overlay's new modules, under the overlay's flag
-                    self.assertIn("torch/_inductor/kernel/mm_tensorcore.py", parsed)
-                    self.assertFalse(parsed["torch/_inductor/kernel/mm_tensorcore.py"].new_file)
+                    # a part edits an earlier patch's new modules, under its overlay's flag
+                    module = ("torch/_inductor/kernel/mm_downcast.py" if name == "downcast_mm_bmm"
+                              else "torch/_inductor/kernel/mm_tensorcore.py")
+                    self.assertIn(module, parsed)
+                    self.assertFalse(parsed[module].new_file)
                 else:
                     # each overlay's patch declares its feature's flag in config.py
                     self.assertIn("torch/_inductor/config.py", parsed)
@@ -375,7 +377,7 @@ class TestSeriesFiles(TestCase):
 
     def test_show_is_the_file_as_the_committed_patches_leave_it(self):
         number = {n: i + 1 for i, n in enumerate(NAMES)}
-        for after in ("tensorcore_mm", "0005", "8", "tensorcore_mm_decode", "tensorcore_mm_gelu_add"):
+        for after in ("tensorcore_mm", "0006", "9", "tensorcore_mm_decode", "tensorcore_mm_gelu_add"):
             upto = number.get(after) or int(after)
             self.assertEqual(export_patches.show(MODULE, after), self.committed(MODULE, upto), after)
         # a part's edit of an earlier patch's test file
