@@ -27,6 +27,11 @@ from torch.testing._internal.inductor_utils import GPU_TYPE, HAS_GPU
 from torch.testing._internal.triton_utils import requires_gpu
 
 
+# columns whose 64-wide tiles over 8 experts fill one wave of 128-row tiles on A10G,
+# A100 and H100
+TALL_N = 640
+
+
 def experts(x, w):
     # a batch of fp32 weights in F.linear's layout, read once each at decode
     with torch.autocast(GPU_TYPE, torch.bfloat16):
@@ -110,7 +115,8 @@ class TestDowncastBmm(TestCase):
     @skipIfRocm
     @parametrize("m", (16, 37, 128))
     def test_decode_takes_the_template(self, m):
-        code = get_code(torch.compile(experts), *self.inputs(8, m))[0]
+        n = TALL_N if m > 64 else 1024
+        code = get_code(torch.compile(experts), *self.inputs(8, m, n))[0]
         self.check_template(code)
 
     def test_one_row_reduces(self):
