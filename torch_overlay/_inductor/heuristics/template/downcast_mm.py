@@ -199,6 +199,14 @@ class DowncastMMConfigMixin:
     def should_run(self, inputs: KernelInputs) -> bool:
         return True
 
+    def get_extra_kwargs(
+        self, kernel_inputs: KernelInputs, op_name: str
+    ) -> dict[str, Any]:
+        # the template's kwargs are the stock op's
+        return super().get_extra_kwargs(  # type: ignore[misc]
+            kernel_inputs, op_name.removesuffix("-downcast")
+        )
+
     def _get_template_configs_impl(
         self, kernel_inputs: KernelInputs, op_name: str, **kwargs: Any
     ) -> Generator[dict[str, Any], None, None]:
@@ -259,11 +267,6 @@ class CUDADowncastMMTemplateConfigHeuristic(
 class CUDADowncastAddMMTemplateConfigHeuristic(
     DowncastMMConfigMixin, CUDAAddMMTemplateConfigHeuristic
 ):
-    def get_extra_kwargs(
-        self, kernel_inputs: KernelInputs, op_name: str
-    ) -> dict[str, Any]:
-        return super().get_extra_kwargs(kernel_inputs, "addmm")
-
     def adjust_kernel_inputs(
         self, kernel_inputs: KernelInputs, op_name: str
     ) -> KernelInputs:
@@ -294,10 +297,7 @@ class CUDADowncastAddMMTemplateConfigHeuristic(
 class CUDADowncastBMMTemplateConfigHeuristic(
     DowncastMMConfigMixin, CUDAMMTemplateConfigHeuristic
 ):
-    def get_extra_kwargs(
-        self, kernel_inputs: KernelInputs, op_name: str
-    ) -> dict[str, Any]:
-        return super().get_extra_kwargs(kernel_inputs, "bmm")
+    pass
 
 
 @register_template_heuristic(
@@ -309,7 +309,4 @@ class CUDADowncastBMMTemplateConfigHeuristic(
 class CUDADowncastBaddBMMTemplateConfigHeuristic(
     DowncastMMConfigMixin, CUDAAddMMTemplateConfigHeuristic
 ):
-    def get_extra_kwargs(
-        self, kernel_inputs: KernelInputs, op_name: str
-    ) -> dict[str, Any]:
-        return super().get_extra_kwargs(kernel_inputs, "baddbmm")
+    pass
