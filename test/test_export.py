@@ -27,8 +27,8 @@ sys.path.insert(0, str(REPO / "tools"))
 
 import export_patches  # noqa: E402
 
-NAMES = ("prologue_downcast", "downcast_mm", "bmm_prologue", "downcast_mm_bmm", "matmul_meta",
-         "tensorcore_mm",
+NAMES = ("prologue_downcast", "downcast_mm", "bmm_prologue", "downcast_mm_bmm",
+         "template_fill_order", "matmul_meta", "tensorcore_mm",
          "tensorcore_mm_bmm", "tensorcore_mm_splitk", "tensorcore_mm_dynamic",
          "tensorcore_mm_autotune", "tensorcore_mm_measure", "tensorcore_mm_decode", "gelu_add",
          "tensorcore_mm_gelu_add", "param_cast_cache", "tensorcore_mm_param_cast_cache")

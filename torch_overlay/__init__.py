@@ -55,6 +55,14 @@ OVERLAYS: tuple[Overlay, ...] = tuple(REGISTRY.register(o) for o in (
         parts=("downcast_mm_bmm",),
     ),
     Overlay(
+        name="template_fill_order",
+        purpose="with ATEN among max-autotune's backends, a template records a flexible "
+                "input's layout in the fill order finalize freezes it to, so a Triton "
+                "choice reading a cast of a transposed weight is not refused for a "
+                "layout conflict",
+        flag="template_layout_fill_order",
+    ),
+    Overlay(
         name="matmul_meta",
         purpose="autocast compute dtype of every mm/addmm/bmm/baddbmm as IR metadata "
                 "(MatmulMeta), with a wrapper comment per matmul",
