@@ -352,12 +352,13 @@ class TestOverlays(TestCase):
             torch_overlay.disable("matmul_meta")
             self.assertEqual(REGISTRY.enabled(),
                              ["prologue_downcast", "downcast_mm", "bmm_prologue",
-                              "gelu_add", "param_cast_cache"])
+                              "template_fill_order", "gelu_add", "param_cast_cache"])
         finally:
             torch_overlay.enable()
         self.assertEqual(REGISTRY.enabled(), ["prologue_downcast", "downcast_mm",
-                                              "bmm_prologue", "matmul_meta", "tensorcore_mm",
-                                              "gelu_add", "param_cast_cache"])
+                                              "bmm_prologue", "template_fill_order",
+                                              "matmul_meta", "tensorcore_mm", "gelu_add",
+                                              "param_cast_cache"])
 
     def test_a_drifted_overlay_is_refused_and_the_rest_stays(self):
         drift = ("--- a/torch/_inductor/kernel/mm.py\n+++ b/torch/_inductor/kernel/mm.py\n"

@@ -95,10 +95,11 @@ ZOO_FAMILY = {"decode1": "decode", "decode_dyn": "dynamic batch", "batch8": "bat
 OPS_FAMILY = {
     "operators": (("eager", "stock", "overlay"), [("overlay", "stock"), ("overlay", "eager")]),
     "max-autotune": (("stock", "stock-max-autotune", "overlay", "overlay-max-autotune",
-                      "prologue-max-autotune"),
+                      "prologue-max-autotune", "upstream-max-autotune"),
                      [("overlay", "stock-max-autotune"),
                       ("overlay-max-autotune", "stock-max-autotune"),
-                      ("prologue-max-autotune", "stock-max-autotune")]),
+                      ("prologue-max-autotune", "stock-max-autotune"),
+                      ("upstream-max-autotune", "stock-max-autotune")]),
     "freezing": (("stock", "stock_freezing", "overlay", "overlay_freezing"),
                  [("overlay_freezing", "stock_freezing"), ("overlay", "stock_freezing")]),
 }
@@ -128,7 +129,9 @@ FAMILY_TEXT = {
     "operators": "Single operators under bf16 autocast with fp32 inputs, default "
                  "`torch.compile` mode, against stock and eager autocast. `bench.py ops`.",
     "max-autotune": "The same under `mode=\"max-autotune-no-cudagraphs\"` (*MA*); *MA + pd* is "
-                    "stock max-autotune with `prologue_downcast` alone. "
+                    "stock max-autotune with `prologue_downcast` alone, *MA + up* with the "
+                    "patches meant for upstream (0001-0005); *matmul_t* is `x @ w.t()`, the "
+                    "weight transposed before its cast. "
                     "`bench.py ops --modes stock-max-autotune,overlay-max-autotune`.",
     "freezing": "`torch._inductor.config.freezing=True`, weights folded into constants "
                 "(inference only): single operators (`bench.py ops --modes stock_freezing,"

@@ -47,9 +47,13 @@ MODES: dict[str, Mode] = {m.name: m for m in (
     # stock max-autotune with prologue_downcast alone (the series' first patch)
     Mode("prologue-max-autotune", "MA + pd", MAX_AUTOTUNE, overlays=True,
          only=("prologue_downcast",)),
+    # stock max-autotune with the patches meant for upstream (0001-0005)
+    Mode("upstream-max-autotune", "MA + up", MAX_AUTOTUNE, overlays=True,
+         only=("prologue_downcast", "downcast_mm", "bmm_prologue", "template_fill_order")),
 )}
 # what a run measures unless --modes names others
-DEFAULT_MODES = tuple(m for m in MODES if m != "prologue-max-autotune")
+DEFAULT_MODES = tuple(m for m in MODES if m not in ("prologue-max-autotune",
+                                                    "upstream-max-autotune"))
 
 
 # -- cases ------------------------------------------------------------------------
@@ -109,6 +113,11 @@ def bmm(x, w):
     return torch.bmm(x, w.transpose(1, 2))
 
 
+def matmul_t(x, w):
+    # the weight transposed before autocast casts it, where F.linear casts it first
+    return x @ w.t()
+
+
 def gelu_linear_add(x, w, b, r, approximate):
     return F.gelu(F.linear(x, w, b), approximate=approximate) + r
 
@@ -137,6 +146,8 @@ BATCHED_SHAPES = [(64, 14336, 4096), (256, 14336, 4096), (64, 4096, 14336), (256
 # a weight per batch entry (8 experts of 4096 -> 1024), decode to prefill
 BMM_SHAPES = [(8, m, 1024, 4096) for m in (1, 16, 128, 1024)]
 GELU_LINEAR_SHAPES = [(8192, 4096, 1024), (4096, 4096, 4096), (2048, 16384, 4096)]
+# x @ w.t() at decode and batched decode
+MATMUL_T_SHAPES = [(16, 4096, 4096), (16, 14336, 4096), (256, 4096, 4096)]
 POINTWISE_SIZES = {"1M": 1 << 20, "64M": 1 << 26}
 # (tokens, hidden, ffn): a small model at 8k tokens, a 6.7B-class layer at 4k
 MLP_SHAPES = [(8192, 1024, 4096), (4096, 4096, 16384)]
@@ -151,6 +162,17 @@ def linear_cases(shapes=None) -> Iterator[Case]:
             fn=autocast_bf16(linear),
             weight_args=(1,),
             required_max_autotune=(M, N, K) in TENSORCORE_MM_SHAPES,
+        )
+
+
+def matmul_t_cases() -> Iterator[Case]:
+    for M, N, K in MATMUL_T_SHAPES:
+        yield Case(
+            "matmul_t", f"{M}x{N}x{K}", dict(M=M, N=N, K=K), BF16,
+            make_inputs=lambda rand, M=M, N=N, K=K: (
+                rand((M, K), FP32), rand((N, K), FP32, K ** -0.5)),
+            fn=autocast_bf16(matmul_t),
+            weight_args=(1,),
         )
 
 
@@ -219,7 +241,8 @@ def mlp_inputs(rand: Rand, T: int, H: int, Fd: int, train: bool) -> tuple[torch.
 
 
 WORKLOADS: dict[str, Callable[..., Iterator[Case]]] = {
-    "linear": linear_cases, "bmm": bmm_cases, "gelu_linear": gelu_linear_cases,
+    "linear": linear_cases, "matmul_t": matmul_t_cases, "bmm": bmm_cases,
+    "gelu_linear": gelu_linear_cases,
     "pointwise": pointwise_cases, "mlp": mlp_cases}
 
 
