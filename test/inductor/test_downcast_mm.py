@@ -26,6 +26,7 @@ from torch._dynamo.utils import counters
 from torch._inductor import config
 from torch._inductor.heuristics.template import downcast_mm as downcast_heuristics
 from torch._inductor.kernel import mm_downcast_plan as downcast_plan
+from torch._inductor.select_algorithm import AlgorithmSelectorCache, ExternKernelCaller
 from torch._inductor.test_case import run_tests, TestCase
 from torch._inductor.utils import get_code, is_big_gpu, run_and_get_code
 from torch._inductor.virtualized import V
@@ -57,6 +58,18 @@ def tolerate_dynamic_outputs():
 def linear(x, w, b=None):
     with torch.autocast(GPU_TYPE, torch.bfloat16):
         return F.linear(x, w, b)
+
+
+def matmul_t(x, w):
+    with torch.autocast(GPU_TYPE, torch.bfloat16):
+        return x @ w.t()
+
+
+def triton_fastest(
+    self, name, input_nodes, layout, input_gen_fns, inputs_key, choices, *args, **kwargs
+):
+    # max-autotune's timings, set: every Triton choice ahead of the extern ones
+    return {c: 2.0 if isinstance(c, ExternKernelCaller) else 1.0 for c in choices}
 
 
 # shared memory a program may use on GPUs upstream CI runs (A10G/L4, A100, H100)
@@ -362,6 +375,27 @@ class TestDowncastMM(TestCase):
         self.assertEqual(code.count("@triton.jit"), 3 if bias else 2)
         self.assertEqual(counters["inductor"]["swap_downcast_mm"], 1)
         self.assertEqual(counters["inductor"]["select_algorithm_autotune"], 0)
+
+    @config.patch(
+        {
+            "max_autotune": True,
+            "max_autotune_gemm_backends": "ATEN,TRITON",
+            "test_configs.max_mm_configs": 1,
+            # no fusion to benchmark: the choice is finalized from the timings alone
+            "prologue_fusion": False,
+        }
+    )
+    @parametrize("fn", (linear, matmul_t), name_fn=lambda fn: fn.__name__)
+    def test_max_autotune_does_not_swap(self, fn):
+        # max-autotune times its choices in the row-major output layout its lowering
+        # gives the matmul: a swapped matmul's choices, written column-major, would
+        # not fit it. Rows past one tile keep stock's choices, unswapped.
+        with mock.patch.object(AlgorithmSelectorCache, "do_autotuning", triton_fastest):
+            code = get_code(torch.compile(fn), *self.inputs(256, bias=False))[0]
+        self.assertEqual(counters["inductor"]["swap_downcast_mm"], 0)
+        if fn is linear:
+            # the Triton choice, timed fastest, reading the cast weight
+            FileCheck().check("def triton_tem").check("tl.dot").run(code)
 
     def test_rows_past_swapped_tiles_stay_stock(self):
         code = get_code(torch.compile(linear), *self.inputs(257))[0]

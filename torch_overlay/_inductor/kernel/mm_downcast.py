@@ -59,7 +59,12 @@ def downcast_rewrite(mat1: Any, mat2: Any) -> Rewrite | None:
     problem = downcast_problem_fx(mat1, mat2)
     if problem is None:
         return None
-    return rewrite(problem, downcast_device(mat2.meta["val"].device))
+    how = rewrite(problem, downcast_device(mat2.meta["val"].device))
+    if how is Rewrite.SWAP and (config.max_autotune or config.max_autotune_gemm):
+        # max-autotune times its choices in the row-major output layout of the
+        # lowering; a swapped matmul's, written column-major, would not fit it
+        return None
+    return how
 
 
 def _column_major(layout: Any) -> bool:
@@ -171,7 +176,7 @@ class DowncastMMChoices(InductorChoices):
         autotune = config.max_autotune or config.max_autotune_gemm
         offered = choices + downcast if autotune else downcast
         problem = downcast_problem(kernel_inputs, op_name)
-        if problem is not None and problem.weight_is_a:
+        if problem is not None and problem.weight_is_a and not autotune:
             # swapped, w @ x.t(): written column-major, its transpose is x @ w's
             # row-major output, which the rewrite's .t() then views without a copy
             layout = kernel_inputs.output_layout(flexible=False)
