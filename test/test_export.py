@@ -377,7 +377,7 @@ class TestSeriesFiles(TestCase):
 
     def test_show_is_the_file_as_the_committed_patches_leave_it(self):
         number = {n: i + 1 for i, n in enumerate(NAMES)}
-        for after in ("tensorcore_mm", "0006", "9", "tensorcore_mm_decode", "tensorcore_mm_gelu_add"):
+        for after in ("tensorcore_mm", "0007", "9", "tensorcore_mm_decode", "tensorcore_mm_gelu_add"):
             upto = number.get(after) or int(after)
             self.assertEqual(export_patches.show(MODULE, after), self.committed(MODULE, upto), after)
         # a part's edit of an earlier patch's test file

@@ -284,7 +284,7 @@ class TestOverlays(TestCase):
     def test_every_edit_applies_and_replaces_only_what_the_series_edits(self):
         status = torch_overlay.status()
         edited = sorted({f for o in status.overlays for f in o.functions})
-        self.assertEqual(len(edited), 15)
+        self.assertEqual(len(edited), 16)
         self.assertLessEqual(len(status.replaced), len(edited))
         for overlay in status.overlays:
             self.assertEqual(overlay.state, "active", overlay.reason)
