@@ -5,9 +5,10 @@ With ATEN among max-autotune's backends, a template that reads a buffer of flexi
 layout records the strides it was rendered for in ``V.graph.buffer_layout_constraints``
 instead of freezing the buffer; if finalize freezes the buffer otherwise, the scheduler
 takes the extern choice. Finalize's ``decide_layout`` freezes a computed buffer in the
-order its reads fill it, so a pointwise of a transposed weight (``w.t().to(bf16)``, what
-autocast makes of ``x @ w.t()``) gets transposed strides; with the flag, the constraint
-records those, and a Triton choice that timed fastest is kept.
+order its reads fill it, and pads it as outside any node's lowering, so a pointwise of a
+transposed weight (``w.t().to(bf16)``, what autocast makes of ``x @ w.t()``) gets
+transposed strides; with the flag, the constraint records those, and a Triton choice
+that timed fastest is kept.
 
 Timings are set by the test (the Triton choice fastest), so nothing is benchmarked and
 the choice is the scheduler's alone; the codegen checks use ``get_code``, the values need
