@@ -153,27 +153,26 @@ POINTWISE_SIZES = {"1M": 1 << 20, "64M": 1 << 26}
 MLP_SHAPES = [(8192, 1024, 4096), (4096, 4096, 16384)]
 
 
+def weight_case(workload: str, fn, M: int, N: int, K: int, **kwargs) -> Case:
+    """``fn`` of fp32 x [M, K] and an fp32 [N, K] weight under bf16 autocast."""
+    return Case(
+        workload, f"{M}x{N}x{K}", dict(M=M, N=N, K=K), BF16,
+        make_inputs=lambda rand: (rand((M, K), FP32), rand((N, K), FP32, K ** -0.5)),
+        fn=autocast_bf16(fn),
+        weight_args=(1,),
+        **kwargs,
+    )
+
+
 def linear_cases(shapes=None) -> Iterator[Case]:
     for M, N, K in shapes or TENSORCORE_MM_SHAPES + LLM_SHAPES + BATCHED_SHAPES:
-        yield Case(
-            "linear", f"{M}x{N}x{K}", dict(M=M, N=N, K=K), BF16,
-            make_inputs=lambda rand, M=M, N=N, K=K: (
-                rand((M, K), FP32), rand((N, K), FP32, K ** -0.5)),
-            fn=autocast_bf16(linear),
-            weight_args=(1,),
-            required_max_autotune=(M, N, K) in TENSORCORE_MM_SHAPES,
-        )
+        yield weight_case("linear", linear, M, N, K,
+                          required_max_autotune=(M, N, K) in TENSORCORE_MM_SHAPES)
 
 
 def matmul_t_cases() -> Iterator[Case]:
     for M, N, K in MATMUL_T_SHAPES:
-        yield Case(
-            "matmul_t", f"{M}x{N}x{K}", dict(M=M, N=N, K=K), BF16,
-            make_inputs=lambda rand, M=M, N=N, K=K: (
-                rand((M, K), FP32), rand((N, K), FP32, K ** -0.5)),
-            fn=autocast_bf16(matmul_t),
-            weight_args=(1,),
-        )
+        yield weight_case("matmul_t", matmul_t, M, N, K)
 
 
 def bmm_cases() -> Iterator[Case]:
