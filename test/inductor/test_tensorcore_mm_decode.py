@@ -126,6 +126,25 @@ class TestGemvPlan(TestCase):
             ]:
                 self.assertEqual(planner.gemv_nk(k, n, dev), nk, (gpu, k, n))
 
+    def test_gemv16_nk(self):
+        # a 16-bit [N, K] weight takes the template where it is wide enough for its
+        # programs to fill the SMs, and K is a whole number of its steps
+        for gpu in ("h200", "a10g", "l4"):
+            dev = planner.device_model(DEVICE_SPECS[gpu])
+            self.assertTrue(planner.gemv16_nk(4096, 128256, dev))
+            self.assertTrue(planner.gemv16_nk(1280, 50257, dev))
+            self.assertFalse(planner.gemv16_nk(4096, 1024, dev))
+            self.assertFalse(planner.gemv16_nk(11008, 4096, dev))  # 256-deep, long
+            self.assertFalse(planner.gemv16_nk(1000, 50257, dev))
+        for k, block_k in [(4096, 512), (3584, 512), (1280, 256), (768, 256)]:
+            (cfg,) = planner.gemv16_nk_configs(k)
+            self.assertEqual((cfg.BLOCK_N, cfg.BLOCK_K, cfg.ROWS), (8, block_k, k))
+        tuned = planner.gemv16_nk_configs(4096, autotune=True)
+        self.assertEqual(tuned[0], planner.gemv16_nk_configs(4096)[0])
+        self.assertGreater(len(tuned), 1)
+        for cfg in tuned:  # one split of whole steps
+            self.assertEqual((cfg.ROWS, cfg.ROWS % cfg.BLOCK_K), (4096, 0), cfg)
+
     @parametrize(
         "mnk",
         [(1, 4096, 4096), (1, 11008, 4096), (1, 4096, 11008)],
@@ -472,9 +491,30 @@ class TestTensorCoreMMFreezing(TensorCoreMMTestCase):
 
     @plans_as_h200
     def test_frozen_gemv(self):
-        # M=1: the gemv reduction over K reads the bf16 weight constant (K contiguous)
+        # M=1 over a wide bf16 weight constant (K contiguous): the gemv template, eight
+        # whole rows a program, reads it as stored, x rounded in registers; one split,
+        # bias and rounding in its epilogue; no cuBLAS call
         code = self.frozen_code(
             frozen_linear(4096, 4096).to(GPU_TYPE),
+            torch.randn(1, 4096, device=GPU_TYPE),
+        )
+        self.assertEqual(self.counts["tensorcore_mm_gemv_frozen"], 1, dict(self.counts))
+        self.assertEqual(cast_kernels(code), [])
+        (kernel,) = template_kernels(code)
+        self.assertReadsBf16Constants(code, kernel)
+        self.assertNotRegex("\n".join(code), r"extern_kernels\.\w+\(")
+        FileCheck().check("'arg_B': '*bf16'").check("BLOCK_N : tl.constexpr = 8").check(
+            "BLOCK_K : tl.constexpr = 512"
+        ).check("ROWS : tl.constexpr = 4096").check("stride_bk = 1").check(
+            "tl.sum(acc, 0)"
+        ).check("tl.store").run(kernel_source(code, kernel))
+
+    @plans_as_h200
+    def test_frozen_gemv_of_a_narrow_weight(self):
+        # M=1 over a bf16 constant of 1024 rows: Inductor's reduction over K, as fast
+        # there as the template
+        code = self.frozen_code(
+            frozen_linear(1024, 4096).to(GPU_TYPE),
             torch.randn(1, 4096, device=GPU_TYPE),
         )
         self.assertEqual(self.counts["tensorcore_mm_gemv_frozen"], 1, dict(self.counts))

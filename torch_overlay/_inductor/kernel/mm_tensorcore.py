@@ -594,15 +594,23 @@ def _lower_gemv_plan(mm: _Matmul, autotune: bool) -> Any:
     if not _materialized(a):
         # an x computed in front (a norm): once, not again for every column
         a = realize_inputs(a)
-    # static sizes: the gemv template over a [K, N] weight, and over an [N, K] fp32
-    # one where Inductor's inner reduction would leave lanes idle
+    # static sizes: the gemv template over a [K, N] weight, over a wide 16-bit [N, K]
+    # one, and over an [N, K] fp32 one where Inductor's inner reduction would leave
+    # lanes idle
     k, n = mm.k, mm.n
     static = all(isinstance(v, int) or v.is_number for v in (k, n))
     k_contiguous = _k_contiguous(b)
     configs = []
-    if static and (
-        not k_contiguous
-        or (b.get_dtype() == torch.float32 and planner.gemv_nk(int(k), int(n), mm.dev))
+    weight32 = b.get_dtype() == torch.float32
+    if (
+        static
+        and k_contiguous
+        and not weight32
+        and planner.gemv16_nk(int(k), int(n), mm.dev)
+    ):
+        configs = planner.gemv16_nk_configs(int(k), autotune)
+    elif static and (
+        not k_contiguous or (weight32 and planner.gemv_nk(int(k), int(n), mm.dev))
     ):
         configs = planner.gemv_configs(int(k), int(n), mm.dev, k_contiguous, autotune)
     result, sums = _lower_gemv(a, b, bias, mm.alpha, mm.beta, mm.dtype, configs)
@@ -908,8 +916,8 @@ def _gemv_template_sums(
     """
     a, b = realize_inputs(a, b)
     k, n = b.get_size()
-    rows = configs[0].ROWS  # every config of one matmul splits K alike
-    splits = V.graph.sizevars.guard_int(ceildiv(k, rows))
+    splits = V.graph.sizevars.guard_int(ceildiv(k, configs[0].ROWS))
+    # every config of one matmul splits K alike
     layout = ir.FixedLayout(a.get_device(), torch.float32, [splits, n])
     choices: list[Any] = []
     for cfg in configs:
@@ -921,7 +929,7 @@ def _gemv_template_sums(
             num_warps=cfg.num_warps,
             BLOCK_N=cfg.BLOCK_N,
             BLOCK_K=cfg.BLOCK_K,
-            ROWS=rows,
+            ROWS=cfg.ROWS,
             DOT_DTYPE=triton_type(dtype),
         )
     if not choices:

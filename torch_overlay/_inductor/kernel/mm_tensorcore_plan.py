@@ -169,6 +169,7 @@ class DeviceModel:
     stream16_one_wave: float = 0.55
     stream_gemv16: float = 0.65
     stream_gemv16_long: float = 0.85  # ... rows of at least GEMV_LONG_K elements
+    stream_gemv16_nk: float = 0.66  # ... the gemv template over a wide [N, K] one
 
     @property
     def l2_rate(self) -> float:
@@ -899,7 +900,9 @@ def predict_gemv(p: Problem, dev: DeviceModel) -> float:
     )
     read = sum(op.numel * (FP32 if op.castable else HALF) for op in ops)
     stream = dev.stream_gemv
-    if decode16(p, dev):
+    if decode16(p, dev) and p.b_k_contiguous and gemv16_nk(p.k, p.n, dev):
+        stream = dev.stream_gemv16_nk
+    elif decode16(p, dev):
         # a program a row (Inductor's INNER reduction config): short bf16 rows stream less
         stream = dev.stream_gemv16_long if p.k >= GEMV_LONG_K else dev.stream_gemv16
     return casts + (read + p.n * HALF) / (dev.copy_bw * stream) + dev.kernel_overhead
@@ -956,6 +959,36 @@ def gemv_nk(k: int, n: int, dev: DeviceModel) -> bool:
     return (
         k > 1024 and idle > GEMV_NK_IDLE and n >= GEMV_NK_COLUMNS_PER_SM * dev.sm_count
     )
+
+
+# A 16-bit [N, K] weight (frozen, or a kept cast): the gemv template streams it as
+# cuBLAS does, or faster, and Inductor's inner reduction slower, where the weight is
+# wide enough for the template's programs to fill the SMs (at 2K columns and fewer the
+# reduction kept up). A program sums 8 rows, 512 deep a step (256 where that divides a
+# short K). Measured slower: rows of 256-deep steps past 4K, and 1024-deep steps where
+# x is 16-bit (its load's layout slows the weight's).
+GEMV16_NK_COLUMNS_PER_SM = 24
+GEMV16_NK_CONFIG = GemvConfig(BLOCK_N=8, BLOCK_K=512, ROWS=512, num_warps=4)
+GEMV16_NK_SHORT_K = 4096
+GEMV16_NK_NEIGHBOURS = (
+    GemvConfig(BLOCK_N=16, BLOCK_K=256, ROWS=512, num_warps=4),
+    GemvConfig(BLOCK_N=8, BLOCK_K=512, ROWS=512, num_warps=8),
+)
+
+
+def gemv16_nk(k: int, n: int, dev: DeviceModel) -> bool:
+    """Whether one row over a 16-bit [N, K] weight takes the gemv template."""
+    steps = k % 512 == 0 or (k % 256 == 0 and k <= GEMV16_NK_SHORT_K)
+    return steps and n >= GEMV16_NK_COLUMNS_PER_SM * dev.sm_count
+
+
+def gemv16_nk_configs(k: int, autotune: bool = False) -> list[GemvConfig]:
+    """The gemv template's configs over a 16-bit [N, K] weight: one split, and under
+    max-autotune its neighbours."""
+    configs = [GEMV16_NK_CONFIG, *(GEMV16_NK_NEIGHBOURS if autotune else ())]
+    if k % 512:  # a short K of 256-deep steps
+        configs = [dataclasses.replace(GEMV16_NK_CONFIG, BLOCK_K=256)]
+    return [dataclasses.replace(c, ROWS=k) for c in configs]
 
 
 def gemv_rows(k: int, n: int, dev: DeviceModel) -> int:
