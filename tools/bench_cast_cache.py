@@ -37,17 +37,19 @@ def region(device: str, enabled: bool = True):
 
 
 def time_sides(row: dict, calls: dict, device: str, iters: int = zoo.ITERS,
-               one_region: bool = True) -> None:
+               one_region: bool = True, wall_iters: int | None = None) -> None:
     """Each side's kernel and wall time per call, all its calls in one region
-    (``one_region``) or each call entering its own, both orders."""
+    (``one_region``) or each call entering its own, both orders; the wall over
+    ``wall_iters`` calls where given (a host-bound call varies more than its kernels)."""
     from torch._dynamo.utils import counters
 
     def measure(side):
         res = row["sides"][side]
         own = region(device) if side != "bf16" and one_region else contextlib.nullcontext()
         with flags(side), own:
-            for key, timer in (("kernel_us", zoo.kernel_us), ("wall_us", zoo.wall_us)):
-                res.setdefault(key, []).append(timer(calls[side], iters))
+            for key, timer, n in (("kernel_us", zoo.kernel_us, iters),
+                                  ("wall_us", zoo.wall_us, wall_iters or iters)):
+                res.setdefault(key, []).append(timer(calls[side], n))
             if side == "cache":
                 res["held_mib"] = counters["inductor"]["param_cast_cache_bytes"] / 2**20
     both_orders([s for s in SIDES if s in calls], measure)
@@ -114,7 +116,7 @@ def generate_row(spec, model) -> dict:
             row["sides"][side] = {"err": zoo.max_rel_err(out.logits[0], ref), "token_match":
                                   (out.sequences == eager.sequences).float().mean().item()}
         time_sides(row, {s: lambda s=s: (use(s), model.generate(ids, **kw)) for s in sides},
-                   device, iters=1)
+                   device, iters=1, wall_iters=5)
     for res in row["sides"].values():
         for key in ("kernel", "wall"):
             res[f"{key}_per_token_us"] = res[f"{key}_mean_us"] / NEW_TOKENS

@@ -120,8 +120,9 @@ FAMILY_TEXT = {
                        "model in the region (eager autocast's own cast cache). Kernel time per "
                        "call (per token for `generate`; *step*: one forward in a region of its "
                        "own, then backward; *accumulate*: 4 micro-batches in one region); "
-                       "*wall us*: host-to-host, the same calls back to back; max relative "
-                       "errors against fp32 eager; the casts held. `bench.py cast-cache`.",
+                       "*wall us*: host-to-host, the same calls back to back (5 for "
+                       "`generate`); max relative errors against fp32 eager; the casts held. "
+                       "`bench.py cast-cache`.",
     "batched": "8 x 128 tokens (8 images for ViT): where the plan keeps stock's code. "
                "`bench.py zoo --rows batch8`.",
     "training": "Forward and backward of the batched row; errors are those of every "
