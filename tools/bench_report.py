@@ -153,6 +153,8 @@ TIMERS = (
     "over 20 calls after 3 warm-up calls); each side compiled cold in its own cache, timed in "
     "both orders, the faster of N compiles a side (*cN*). fp32 parameters under bf16 "
     "autocast, random weights of the public configs' dimensions, 2 layers.",
+    "- *compile s*: the wall time of a side's first call, cold (its fastest of N), at the "
+    "batch the step was compiled at (dynamic batch: B = 4).",
     "- *wall*: host-to-host time per call of 20 CUDA-graph replays back to back.",
     "- *graph* (operators): a CUDA-graph replay of one call per input set, inputs rotated past "
     "the L2; *do_bench*: `triton.testing.do_bench` median of the calls, host included. *pN*: "
@@ -266,13 +268,16 @@ def zoo_order(item) -> tuple:
 
 
 # the zoo families shown one line a model: the column of a row's key (model, row, batch),
-# its header, the digits of the times, whether a ratio says "same code"
+# its header, the digits of the times, whether a ratio says "same code", whether the line
+# shows its one compile's time
 PER_MODEL = {
-    "dynamic batch": (lambda key: key[2], lambda b: f"B = {b}: stock / overlay us", 1, False),
+    "dynamic batch": (lambda key: key[2], lambda b: f"B = {b}: stock / overlay us", 1, False,
+                      True),
     "CUDA graphs": (lambda key: key[1:],
-                    lambda c: f"{c[0].replace('decode_dyn', 'dynamic')} B = {c[1]}", 0, True),
+                    lambda c: f"{c[0].replace('decode_dyn', 'dynamic')} B = {c[1]}", 0, True,
+                    False),
     "frozen models": (lambda key: key[1:],
-                      lambda c: f"{c[0]} B = {c[1]}: stock / overlay us", 1, True),
+                      lambda c: f"{c[0]} B = {c[1]}: stock / overlay us", 1, True, False),
 }
 
 
@@ -280,7 +285,8 @@ def zoo_table(family: str, rows: dict) -> str:
     if family in PER_MODEL:
         return per_model_table(rows, *PER_MODEL[family])
     headers = ["model", "B", "stock us", "overlay us", "overlay / stock",
-               "rms err stock / overlay", "peak MiB stock / overlay", "measured"]
+               "rms err stock / overlay", "peak MiB stock / overlay",
+               "compile s stock / overlay", "measured"]
     body = []
     for (model, row, batch), (doc, r) in sorted(rows.items(), key=zoo_order):
         stock, overlay = r["sides"]["stock"], r["sides"]["overlay"]
@@ -291,7 +297,7 @@ def zoo_table(family: str, rows: dict) -> str:
         body.append([model, str(batch), f"{stock['mean_us']:.1f}", f"{overlay['mean_us']:.1f}",
                      f"{r['ratio']:.2f}x" + (" (same code)" if r.get("same_code") else ""),
                      pair("rms_err", ".2e"), pair("peak_mib", ".0f"),
-                     measured(doc)])
+                     pair("compile_s", ".1f"), measured(doc)])
     return markdown_table(headers, body)
 
 
@@ -321,8 +327,10 @@ def region_table(rows: dict) -> str:
     return markdown_table(headers, body)
 
 
-def per_model_table(rows: dict, column, header, digits: int, same_code: bool) -> str:
-    """One line a model: stock / overlay us (overlay / stock) per column of its rows' keys."""
+def per_model_table(rows: dict, column, header, digits: int, same_code: bool,
+                    compiled: bool) -> str:
+    """One line a model: stock / overlay us (overlay / stock) per column of its rows' keys,
+    and where ``compiled`` the compile time of the row it was compiled at."""
     columns = sorted({column(key) for key in rows})
     cells: dict[str, dict] = {}
     for key, (doc, r) in sorted(rows.items(), key=zoo_order):
@@ -332,8 +340,15 @@ def per_model_table(rows: dict, column, header, digits: int, same_code: bool) ->
                              f"{r['sides']['overlay']['mean_us']:.{digits}f} "
                              f"({r['ratio']:.2f}x{same})")
         line["measured"].add(measured(doc))
-    headers = ["model"] + [header(c) for c in columns] + ["measured"]
+        times = [r["sides"][side].get("compile_s") for side in ("stock", "overlay")]
+        if compiled and None not in times:  # the row the step was compiled at
+            line["compile"] = f"{times[0]:.1f} / {times[1]:.1f}"
+    headers = ["model"] + [header(c) for c in columns]
+    if compiled:
+        headers.append("compile s stock / overlay")
+    headers.append("measured")
     return markdown_table(headers, [[model] + [line.get(c, "-") for c in columns]
+                                    + ([line.get("compile", "-")] if compiled else [])
                                     + ["; ".join(sorted(line["measured"]))]
                                     for model, line in cells.items()])
 
