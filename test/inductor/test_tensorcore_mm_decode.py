@@ -72,6 +72,23 @@ except ImportError:
     )
 
 
+def frozen_weight_problem(m, n, k, x_fp32=True):
+    """A linear's 16-bit [N, K] weight constant (``Problem.weight16``) and x, fp32 or not."""
+    op = planner.Operand
+    return planner.Problem(
+        "addmm" if x_fp32 else "mm",
+        1,
+        m,
+        n,
+        k,
+        op(m * k, x_fp32),
+        op(n * k, False),
+        op(n, False) if x_fp32 else None,
+        weight16=True,
+        b_k_contiguous=True,
+    )
+
+
 class TestGemvPlan(TestCase):
     """The plan for one row, from shapes alone: no compile."""
 
@@ -144,6 +161,39 @@ class TestGemvPlan(TestCase):
         self.assertGreater(len(tuned), 1)
         for cfg in tuned:  # one split of whole steps
             self.assertEqual((cfg.ROWS, cfg.ROWS % cfg.BLOCK_K), (4096, 0), cfg)
+
+    def test_gemv16_kn(self):
+        # a 16-bit [K, N] weight (Conv1D's) takes the template where it is small; K is
+        # split in 512 rows past 2K, and below where its columns leave SMs idle
+        small = dataclasses.replace(
+            frozen_weight_problem(1, 3840, 1280), b_k_contiguous=False
+        )
+        self.assertTrue(planner.gemv16_kn(small))
+        self.assertFalse(
+            planner.gemv16_kn(dataclasses.replace(small, b_k_contiguous=True))
+        )
+        large = dataclasses.replace(
+            small, n=14336, k=4096, b=planner.Operand(14336 * 4096, False)
+        )
+        self.assertFalse(planner.gemv16_kn(large))
+        rows = {
+            (k, n): planner.gemv16_kn_configs(k, n, H200)[0].ROWS
+            for k, n in [(1280, 3840), (1280, 1280), (5120, 1280), (1000, 5120)]
+        }
+        self.assertEqual(
+            rows,
+            {
+                (1280, 3840): 1280,
+                (1280, 1280): 256,
+                (5120, 1280): 512,
+                (1000, 5120): 1024,
+            },
+        )
+        tuned = planner.gemv16_kn_configs(5120, 1280, H200, autotune=True)
+        self.assertEqual(tuned[0], planner.gemv16_kn_configs(5120, 1280, H200)[0])
+        self.assertGreater(len(tuned), 1)
+        for cfg in tuned:  # every config splits K alike, in whole steps
+            self.assertEqual((cfg.ROWS, cfg.ROWS % cfg.BLOCK_K), (512, 0), cfg)
 
     @parametrize(
         "mnk",
@@ -436,6 +486,25 @@ def frozen_linear(n, k, bias=True, seed=0):
     return lin
 
 
+class Conv1D(torch.nn.Module):
+    """GPT-2's linear layer: an [nx, nf] weight (N contiguous) and x @ w + b as addmm."""
+
+    def __init__(self, nx, nf, seed=0):
+        super().__init__()
+        g = torch.Generator().manual_seed(seed)
+        self.weight = torch.nn.Parameter(torch.randn(nx, nf, generator=g) / nx**0.5)
+        self.bias = torch.nn.Parameter(torch.randn(nf, generator=g))
+        self.requires_grad_(False)
+
+    def forward(self, x):
+        return torch.addmm(self.bias, x, self.weight)
+
+
+def autocast_addmm(b, x, w):
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        return torch.addmm(b, x, w)
+
+
 def under_bf16_autocast(mod, x):
     with torch.autocast("cuda", dtype=torch.bfloat16):
         return mod(x)
@@ -527,6 +596,25 @@ class TestTensorCoreMMFreezing(TensorCoreMMTestCase):
         ).check("tl.sum").check("tl.store").run(kernel_source(code, kernel))
 
     @plans_as_h200
+    def test_frozen_gemv_of_a_row_major_weight(self):
+        # M=1 over a bf16 [K, N] constant (Conv1D's): the gemv template reads slabs of it
+        # as stored, 32 columns a program, K split in 512 rows; one kernel adds the
+        # splits, the bias and the rounding; no cuBLAS call
+        code = self.frozen_code(
+            Conv1D(5120, 1280).to(GPU_TYPE), torch.randn(1, 5120, device=GPU_TYPE)
+        )
+        self.assertEqual(self.counts["tensorcore_mm_gemv_frozen"], 1, dict(self.counts))
+        self.assertEqual(cast_kernels(code), [])
+        (kernel,) = template_kernels(code)
+        self.assertReadsBf16Constants(code, kernel)
+        self.assertNotRegex("\n".join(code), r"extern_kernels\.\w+\(")
+        FileCheck().check("'arg_B': '*bf16'").check(
+            "BLOCK_N : tl.constexpr = 32"
+        ).check("ROWS : tl.constexpr = 512").check("stride_bn = 1").check(
+            "tl.sum(acc, 0)"
+        ).run(kernel_source(code, kernel))
+
+    @plans_as_h200
     def test_frozen_prefill_is_frozen_stock(self):
         # M=256: cuBLAS on the bf16 constant, as frozen stock (same code, metadata aside)
         mod, x = (
@@ -584,21 +672,7 @@ class TestTensorCoreMMFreezing(TensorCoreMMTestCase):
         self.assertRegex("\n".join(code), r"torch\.bfloat16 \(4096, 28672\)")
 
     def test_plans_for_a_frozen_weight(self):
-        op, P = planner.Operand, planner.Path
-
-        def problem(m, n, k, x_fp32=True):
-            return planner.Problem(
-                "addmm" if x_fp32 else "mm",
-                1,
-                m,
-                n,
-                k,
-                op(m * k, x_fp32),
-                op(n * k, False),
-                op(n, False) if x_fp32 else None,
-                weight16=True,
-                b_k_contiguous=True,  # a linear's weight, [N, K]
-            )
+        P, problem = planner.Path, frozen_weight_problem
 
         paths = {
             mnk: planner.plan(problem(*mnk), H200).path
@@ -628,10 +702,12 @@ class TestTensorCoreMMFreezing(TensorCoreMMTestCase):
                 (16, 4096, 14336): P.STOCK,
             },
         )
-        # one row of a weight stored [K, N] (GPT-2's Conv1D): read across its rows, the
-        # gemv loses to cuBLAS
+        # one row of a weight stored [K, N] (GPT-2's Conv1D): the gemv where it is small,
+        # cuBLAS past that
         conv1d = dataclasses.replace(problem(1, 5120, 1280), b_k_contiguous=False)
-        self.assertEqual(planner.plan(conv1d, H200).path, P.STOCK)
+        self.assertEqual(planner.plan(conv1d, H200).path, P.GEMV)
+        large = dataclasses.replace(problem(1, 14336, 4096), b_k_contiguous=False)
+        self.assertEqual(planner.plan(large, H200).path, P.STOCK)
         # a few rows over an odd vocabulary (GPT-2's lm_head): cuBLAS's unaligned rows
         # load no vectors, the template streams them
         lm_head = {
@@ -652,6 +728,22 @@ class TestTensorCoreMMFreezing(TensorCoreMMTestCase):
         self.assertEqual(
             planner.plan(problem(16, 14336, 4096, x_fp32=False), unknown).path, P.STOCK
         )
+
+    @requires_cuda_sm80
+    @parametrize(
+        "kn",
+        [(5120, 1280), (1280, 3840), (1000, 999)],
+        name_fn=lambda kn: "x".join(map(str, kn)),
+    )
+    def test_frozen_row_major_values_GPU(self, kn):
+        # one row over a frozen [K, N] constant, whichever path the GPU's plan takes
+        conv = Conv1D(*kn).to(GPU_TYPE)
+        x = torch.randn(1, kn[0], device=GPU_TYPE)
+        with torch.no_grad(), inductor_config.patch(freezing=True):
+            out, code = self.compile_and_run(under_bf16_autocast, conv, x)
+        self.assertIn("_frozen_param", "\n".join(code))
+        inputs = [conv.bias, x, conv.weight]
+        self.assertLikeEager(out, autocast_addmm, inputs, torch.addmm, BF16)
 
     @requires_cuda_sm80
     @parametrize(

@@ -21,7 +21,7 @@ try:
         template_kernels,
         TensorCoreMMTestCase,
     )
-    from .test_tensorcore_mm_decode import frozen_linear
+    from .test_tensorcore_mm_decode import Conv1D, frozen_linear
 except ImportError:
     from test_tensorcore_mm import (
         kernel_source,
@@ -29,7 +29,7 @@ except ImportError:
         template_kernels,
         TensorCoreMMTestCase,
     )
-    from test_tensorcore_mm_decode import frozen_linear
+    from test_tensorcore_mm_decode import Conv1D, frozen_linear
 
 
 KEPT = "torch.ops.inductor.cached_casts.default("
@@ -62,6 +62,21 @@ class TestTensorCoreMMKeptCasts(TensorCoreMMTestCase):
         FileCheck().check("'arg_B': '*bf16'").check("stride_bk = 1").check(
             "tl.sum(acc, 0)"
         ).run(kernel_source(code, kernel))
+
+    @plans_as_h200
+    def test_kept_cast_gemv_of_a_row_major_weight(self):
+        # M=1 over a kept bf16 [K, N] weight (GPT-2's Conv1D): the gemv template, one
+        # split over K = 1280, the bias in its epilogue; no cuBLAS call
+        code = self.kept_code(
+            Conv1D(1280, 3840).to(GPU_TYPE), torch.randn(1, 1280, device=GPU_TYPE)
+        )
+        self.assertIn(KEPT, "\n".join(code))
+        self.assertEqual(self.counts["tensorcore_mm_gemv_frozen"], 1, dict(self.counts))
+        (kernel,) = template_kernels(code)
+        self.assertNotIn("extern_kernels.", "\n".join(code))
+        FileCheck().check("'arg_B': '*bf16'").check("ROWS : tl.constexpr = 1280").check(
+            "stride_bn = 1"
+        ).check("tl.sum(acc, 0)").run(kernel_source(code, kernel))
 
     @plans_as_h200
     def test_kept_cast_decode_tile(self):

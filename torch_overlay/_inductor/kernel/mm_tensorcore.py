@@ -602,7 +602,9 @@ def _lower_gemv_plan(mm: _Matmul, autotune: bool) -> Any:
     k_contiguous = _k_contiguous(b)
     configs = []
     weight32 = b.get_dtype() == torch.float32
-    if (
+    if static and not weight32 and not k_contiguous:
+        configs = planner.gemv16_kn_configs(int(k), int(n), mm.dev, autotune)
+    elif (
         static
         and k_contiguous
         and not weight32

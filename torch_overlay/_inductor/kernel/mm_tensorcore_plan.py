@@ -991,6 +991,39 @@ def gemv16_nk_configs(k: int, autotune: bool = False) -> list[GemvConfig]:
     return [dataclasses.replace(c, ROWS=k) for c in configs]
 
 
+# A small 16-bit [K, N] weight (GPT-2's Conv1D, frozen or a kept cast): the gemv template
+# streams it within ~10% of cuBLAS either way, and its launch costs the host less than
+# cuBLAS's call (an addmm: 25 against 11 us), which a decode step waits on. A program sums
+# 32 columns, 256 deep a step; K is split in 512 rows past 2K, else where the columns
+# leave fewer than half the SMs a program. Larger weights keep cuBLAS, 10% faster there.
+GEMV16_KN_CONFIG = GemvConfig(BLOCK_N=32, BLOCK_K=256, ROWS=256, num_warps=4)
+GEMV16_KN_NEIGHBOURS = (
+    GemvConfig(BLOCK_N=32, BLOCK_K=128, ROWS=256, num_warps=4),
+    GemvConfig(BLOCK_N=64, BLOCK_K=128, ROWS=256, num_warps=4),
+)
+GEMV16_KN_SPLIT_K = 2048
+
+
+def gemv16_kn(p: Problem) -> bool:
+    """Whether one row over a 16-bit [K, N] weight takes the gemv template."""
+    return not p.b_k_contiguous and p.b.numel * HALF < SMALL_WEIGHT16
+
+
+def gemv16_kn_configs(
+    k: int, n: int, dev: DeviceModel, autotune: bool = False
+) -> list[GemvConfig]:
+    """The gemv template's configs over a small 16-bit [K, N] weight, which split K alike."""
+    step = GEMV16_KN_CONFIG.BLOCK_K
+    if k > GEMV16_KN_SPLIT_K:
+        rows = 2 * step
+    elif _ceildiv(n, GEMV16_KN_CONFIG.BLOCK_N) * 2 >= dev.sm_count:
+        rows = _ceildiv(k, step) * step
+    else:
+        rows = step
+    configs = (GEMV16_KN_CONFIG, *(GEMV16_KN_NEIGHBOURS if autotune else ()))
+    return [dataclasses.replace(c, ROWS=rows) for c in configs]
+
+
 def gemv_rows(k: int, n: int, dev: DeviceModel) -> int:
     """Rows a program of the gemv template sums over a [K, N] weight: the most that
     leave GEMV_PROGRAMS_PER_SM programs an SM, so that fewer partial sums are written
@@ -1177,9 +1210,10 @@ def _gemv_plan(
     win."""
     if decode16(p, dev):
         # one row of a frozen weight: the gemv where it streams no slower than cuBLAS (one
-        # kernel for x's cast and cuBLAS), never a 16-row tile; a weight stored [K, N]
-        # (GPT-2's Conv1D) is read across its rows, slower than cuBLAS
-        if p.b_k_contiguous and gemv.seconds <= stock.seconds:
+        # kernel for x's cast and cuBLAS), never a 16-row tile; over a large weight
+        # stored [K, N] cuBLAS is faster (``gemv16_kn``)
+        kn_ok = p.b_k_contiguous or gemv16_kn(p)
+        if kn_ok and gemv.seconds <= stock.seconds:
             return Plan(
                 Path.GEMV, "predicted no slower, one kernel", predictions=(*preds, gemv)
             )
