@@ -162,6 +162,30 @@ class TestGemvPlan(TestCase):
         for cfg in tuned:  # one split of whole steps
             self.assertEqual((cfg.ROWS, cfg.ROWS % cfg.BLOCK_K), (4096, 0), cfg)
 
+    def test_gemv_template_configs(self):
+        # one row's configs by the weight as it is read: 16-bit or fp32, [K, N] or [N, K]
+        def configs(k, n, weight16, k_contiguous):
+            return planner.gemv_template_configs(k, n, H200, weight16, k_contiguous)
+
+        self.assertEqual(
+            configs(1280, 3840, True, False),
+            planner.gemv16_kn_configs(1280, 3840, H200),
+        )
+        self.assertEqual(
+            configs(4096, 128256, True, True), planner.gemv16_nk_configs(4096)
+        )
+        self.assertEqual(
+            configs(1280, 3840, False, False), planner.gemv_configs(1280, 3840, H200)
+        )
+        self.assertEqual(
+            configs(1280, 50257, False, True),
+            planner.gemv_configs(1280, 50257, H200, k_contiguous=True),
+        )
+        # Inductor's inner reduction: a narrow 16-bit [N, K] weight, an fp32 one whose
+        # rows fill its lanes
+        self.assertEqual(configs(4096, 1024, True, True), [])
+        self.assertEqual(configs(4096, 4096, False, True), [])
+
     def test_gemv16_kn(self):
         # a 16-bit [K, N] weight (Conv1D's) takes the template where it is small; K is
         # split in 512 rows past 2K, and below where its columns leave SMs idle

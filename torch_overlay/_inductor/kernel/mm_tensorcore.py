@@ -594,27 +594,14 @@ def _lower_gemv_plan(mm: _Matmul, autotune: bool) -> Any:
     if not _materialized(a):
         # an x computed in front (a norm): once, not again for every column
         a = realize_inputs(a)
-    # static sizes: the gemv template over a [K, N] weight, over a wide 16-bit [N, K]
-    # one, and over an [N, K] fp32 one where Inductor's inner reduction would leave
-    # lanes idle
     k, n = mm.k, mm.n
-    static = all(isinstance(v, int) or v.is_number for v in (k, n))
-    k_contiguous = _k_contiguous(b)
     configs = []
-    weight32 = b.get_dtype() == torch.float32
-    if static and not weight32 and not k_contiguous:
-        configs = planner.gemv16_kn_configs(int(k), int(n), mm.dev, autotune)
-    elif (
-        static
-        and k_contiguous
-        and not weight32
-        and planner.gemv16_nk(int(k), int(n), mm.dev)
-    ):
-        configs = planner.gemv16_nk_configs(int(k), autotune)
-    elif static and (
-        not k_contiguous or (weight32 and planner.gemv_nk(int(k), int(n), mm.dev))
-    ):
-        configs = planner.gemv_configs(int(k), int(n), mm.dev, k_contiguous, autotune)
+    if all(isinstance(v, int) or v.is_number for v in (k, n)):
+        # static sizes: the gemv template where the planner's rules take it
+        weight16 = b.get_dtype() != torch.float32
+        configs = planner.gemv_template_configs(
+            int(k), int(n), mm.dev, weight16, _k_contiguous(b), autotune
+        )
     result, sums = _lower_gemv(a, b, bias, mm.alpha, mm.beta, mm.dtype, configs)
     _count("tensorcore_mm_gemv")
     if mm.problem.weight16:

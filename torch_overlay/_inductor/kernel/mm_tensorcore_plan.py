@@ -1050,6 +1050,26 @@ def gemv_configs(
     return [dataclasses.replace(c, ROWS=_ceildiv(k, step) * step) for c in configs]
 
 
+def gemv_template_configs(
+    k: int,
+    n: int,
+    dev: DeviceModel,
+    weight16: bool,
+    k_contiguous: bool,
+    autotune: bool = False,
+) -> list[GemvConfig]:
+    """The gemv template's configs for one row over a K x N weight read in 16 bits or
+    fp32, K contiguous ([N, K], F.linear's) or not; [] where Inductor's inner reduction
+    serves: a narrow 16-bit [N, K] weight, or an fp32 one whose rows leave its lanes busy."""
+    if weight16 and not k_contiguous:
+        return gemv16_kn_configs(k, n, dev, autotune)
+    if weight16 and gemv16_nk(k, n, dev):
+        return gemv16_nk_configs(k, autotune)
+    if not k_contiguous or (not weight16 and gemv_nk(k, n, dev)):
+        return gemv_configs(k, n, dev, k_contiguous, autotune)
+    return []
+
+
 # M up to which a 16-bit weight (``Problem.weight16``) may take the decode kernels
 DECODE16_M_MAX = 16
 GEMV_LONG_K = 8192
