@@ -993,9 +993,9 @@ def gemv16_nk_configs(k: int, autotune: bool = False) -> list[GemvConfig]:
 
 # A small 16-bit [K, N] weight (GPT-2's Conv1D, frozen or a kept cast): the gemv template
 # streams it within ~10% of cuBLAS either way, and its launch costs the host less than
-# cuBLAS's call (an addmm: 25 against 11 us), which a decode step waits on. A program sums
-# 32 columns, 256 deep a step; K is split in 512 rows past 2K, else where the columns
-# leave fewer than half the SMs a program. Larger weights keep cuBLAS, 10% faster there.
+# cuBLAS's call (an addmm), which a decode step waits on. A program sums 32 columns, 256
+# deep a step; K is split in 512 rows past 2K, else where the columns leave fewer than
+# half the SMs a program. Larger weights keep cuBLAS, 10% faster there.
 GEMV16_KN_CONFIG = GemvConfig(BLOCK_N=32, BLOCK_K=256, ROWS=256, num_warps=4)
 GEMV16_KN_NEIGHBOURS = (
     GemvConfig(BLOCK_N=32, BLOCK_K=128, ROWS=256, num_warps=4),
