@@ -169,6 +169,24 @@ class TestZooModels(TestCase):
         self.assertEqual(zoo.max_rel_err(out, ref), 1.0)
         self.assertAlmostEqual(zoo.relative_error((out,), (ref,)), 0.1, places=12)
 
+    def test_phase_seconds_of_a_cold_compile(self):
+        """An Inductor compile spends time in each phase; a cached one lowers nothing."""
+        from torch._inductor.utils import fresh_cache
+
+        fn = lambda x: x.sin() + 1  # noqa: E731
+        with fresh_cache():
+            torch._dynamo.reset()  # clears Dynamo's timers too: before the first reading
+            before = zoo.phase_seconds()
+            torch.compile(fn)(torch.randn(8))
+            spent = {k: v - before[k] for k, v in zoo.phase_seconds().items()}
+            self.assertEqual(set(spent), set(zoo.COMPILE_PHASES))
+            for phase, seconds in spent.items():
+                self.assertGreater(seconds, 0.0, phase)
+            torch._dynamo.reset()
+            before = zoo.phase_seconds()
+            torch.compile(fn)(torch.randn(8))  # the FX graph cache's entry
+            self.assertEqual(zoo.phase_seconds()["lowering"], before["lowering"])
+
     def test_measure_row_bookkeeping_and_table(self):
         """The loop on the CPU: Dynamo's eager backend for the compile, a counter for the
         timer. decode_dyn compiles at batch 4, reuses the graph at 16, recompiles at 1."""
@@ -257,6 +275,12 @@ class TestZooModels(TestCase):
                 res = e["sides"][side]
                 self.assertEqual(len(res[kind + "_all"]), 2)
                 self.assertEqual(res[kind], min(res[kind + "_all"]))
+                # the fastest compile's phases; none is Inductor's under the eager backend
+                self.assertEqual(len(res[kind + "_phases_all"]), 2)
+                fastest = res[kind + "_all"].index(res[kind])
+                self.assertEqual(res[kind + "_phases"], res[kind + "_phases_all"][fastest])
+                self.assertEqual(res[kind + "_phases"],
+                                 dict.fromkeys(zoo.COMPILE_PHASES, 0.0))
 
 
 if __name__ == "__main__":

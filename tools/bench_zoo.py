@@ -314,12 +314,25 @@ def time_sides(entries: dict, runner: Callable, timer: Callable, compiles: int) 
         e["ratio"] = e["sides"]["stock"]["mean_us"] / e["sides"]["overlay"]["mean_us"]
 
 
+# where a compile's seconds go (Dynamo's timers): lowering the graph, generating its code,
+# loading that code, which waits for its Triton kernels to compile
+COMPILE_PHASES = {"lowering": "GraphLowering.run", "codegen": "GraphLowering.codegen",
+                  "load": "PyCodeCache.load_by_key_path"}
+
+
+def phase_seconds() -> dict:
+    from torch._dynamo.utils import compilation_time_metrics
+
+    return {name: sum(compilation_time_metrics.get(key, ()))
+            for name, key in COMPILE_PHASES.items()}
+
+
 def compile_sides(step, call, errs, entries: dict, first_inputs: tuple, dynamic: bool,
                   device: str, compile, compiles: int) -> tuple[dict, dict]:
     """Each side compiled ``compiles`` times, cold (one cache a compile), alternating with
     the other side, and run at each batch of ``entries``: its (re)compile times, and its
-    first compile's errors (``errs``) and counters. ``dynamic``: the batch dim of
-    ``first_inputs`` is marked dynamic. Returns the compiled steps and the code of each,
+    first compile's errors (``errs``) and counters, and each (re)compile's phases
+    (``COMPILE_PHASES``). ``dynamic``: the batch dim of ``first_inputs`` is marked dynamic. Returns the compiled steps and the code of each,
     both by (side, compile)."""
     from torch._dynamo.utils import counters
     from torch._inductor.utils import fresh_cache
@@ -338,11 +351,13 @@ def compile_sides(step, call, errs, entries: dict, first_inputs: tuple, dynamic:
                             if dynamic and first:
                                 for t in first_inputs:
                                     torch._dynamo.mark_dynamic(t, 0)
-                            start = time.perf_counter()
+                            phases, start = phase_seconds(), time.perf_counter()
                             call(compiled[side, c], b)
                             if device == "cuda":
                                 torch.cuda.synchronize()
                             seconds = time.perf_counter() - start
+                            phases = {k: round(v - phases[k], 3)
+                                      for k, v in phase_seconds().items()}
                         kind = ("compile_s" if first else "recompile_s"
                                 if counters["stats"]["unique_graphs"] > graphs else None)
                         if c == 0:
@@ -351,7 +366,10 @@ def compile_sides(step, call, errs, entries: dict, first_inputs: tuple, dynamic:
                         res = entries[b]["sides"][side]
                         if kind:  # each side's fastest cold compile; all of them beside it
                             res.setdefault(kind + "_all", []).append(seconds)
+                            res.setdefault(kind + "_phases_all", []).append(phases)
                             res[kind] = min(res[kind + "_all"])
+                            fastest = res[kind + "_all"].index(res[kind])
+                            res[kind + "_phases"] = res[kind + "_phases_all"][fastest]
                 if c == 0:
                     entries[batches[0]]["sides"][side]["counters"] = counters_fired(before)
     return compiled, codes
