@@ -208,6 +208,17 @@ class TestTensorCoreMMDynamicCodegen(TensorCoreMMTestCase):
         code, _ = self.dynamic_m_code(64)
         self.assertDispatch(code, planner.dispatch_hints([16, 64]))
 
+    def test_dynamic_m_decode_bound(self):
+        # M symbolic up to 16: the 16-row tile serves the whole range, one kernel and no
+        # dispatch, so the compile builds no kernel for rows the model never runs
+        code, _ = self.dynamic_m_code(16)
+        self.assertEqual(self.counts["tensorcore_mm_dynamic_m_dispatch"], 0)
+        self.assertEqual(self.counts["tensorcore_mm_template"], 1)
+        (kernel,) = template_kernels(code)
+        self.assertEqual(constexpr(kernel_source(code, kernel), "BLOCK_M"), 16)
+        self.assertRegex(kernel_source(code, kernel), r"\n    M = ks0\n")
+        self.assertNotIn("size_hint_multi_kernel", "\n".join(code))
+
     def test_dynamic_m_unbounded(self):
         # a decode batch: a kernel up to 16, 64, 256 and one for any larger M, x cast
         # apart so that a prefill-sized M's kernel stays near stock
