@@ -2,12 +2,14 @@
 ``compile_s``, ``error``): its results documents, and their tables (BENCHMARKS.md)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
 import pathlib
 import re
 from collections import defaultdict
+from typing import Callable
 
 from bench_workloads import MODES, WORKLOADS
 
@@ -270,20 +272,32 @@ def zoo_order(item) -> tuple:
 # the zoo families shown one line a model: the column of a row's key (model, row, batch),
 # its header, the digits of the times, whether a ratio says "same code", whether the line
 # shows its one compile's time
+@dataclasses.dataclass(frozen=True)
+class PerModel:
+    """A family tabled one line a model: a column per ``column(key)`` of its rows."""
+
+    column: Callable[[tuple], object]
+    header: Callable[[object], str]
+    digits: int  # of the times in microseconds
+    same_code: bool  # say where both sides generated the same code
+    compiled: bool  # a column for the compile time of the row compiled at
+
+
 PER_MODEL = {
-    "dynamic batch": (lambda key: key[2], lambda b: f"B = {b}: stock / overlay us", 1, False,
-                      True),
-    "CUDA graphs": (lambda key: key[1:],
-                    lambda c: f"{c[0].replace('decode_dyn', 'dynamic')} B = {c[1]}", 0, True,
-                    False),
-    "frozen models": (lambda key: key[1:],
-                      lambda c: f"{c[0]} B = {c[1]}: stock / overlay us", 1, True, False),
+    "dynamic batch": PerModel(lambda key: key[2], lambda b: f"B = {b}: stock / overlay us",
+                              digits=1, same_code=False, compiled=True),
+    "CUDA graphs": PerModel(
+        lambda key: key[1:], lambda c: f"{c[0].replace('decode_dyn', 'dynamic')} B = {c[1]}",
+        digits=0, same_code=True, compiled=False),
+    "frozen models": PerModel(lambda key: key[1:],
+                              lambda c: f"{c[0]} B = {c[1]}: stock / overlay us",
+                              digits=1, same_code=True, compiled=False),
 }
 
 
 def zoo_table(family: str, rows: dict) -> str:
     if family in PER_MODEL:
-        return per_model_table(rows, *PER_MODEL[family])
+        return per_model_table(rows, PER_MODEL[family])
     headers = ["model", "B", "stock us", "overlay us", "overlay / stock",
                "rms err stock / overlay", "peak MiB stock / overlay",
                "compile s stock / overlay", "measured"]
@@ -327,15 +341,15 @@ def region_table(rows: dict) -> str:
     return markdown_table(headers, body)
 
 
-def per_model_table(rows: dict, column, header, digits: int, same_code: bool,
-                    compiled: bool) -> str:
+def per_model_table(rows: dict, spec: PerModel) -> str:
     """One line a model: stock / overlay us (overlay / stock) per column of its rows' keys,
-    and where ``compiled`` the compile time of the row it was compiled at."""
+    and where ``spec.compiled`` the compile time of the row it was compiled at."""
+    column, digits, compiled = spec.column, spec.digits, spec.compiled
     columns = sorted({column(key) for key in rows})
     cells: dict[str, dict] = {}
     for key, (doc, r) in sorted(rows.items(), key=zoo_order):
         line = cells.setdefault(key[0], {"measured": set()})
-        same = ", same code" if same_code and r.get("same_code") else ""
+        same = ", same code" if spec.same_code and r.get("same_code") else ""
         line[column(key)] = (f"{r['sides']['stock']['mean_us']:.{digits}f} / "
                              f"{r['sides']['overlay']['mean_us']:.{digits}f} "
                              f"({r['ratio']:.2f}x{same})")
@@ -343,7 +357,7 @@ def per_model_table(rows: dict, column, header, digits: int, same_code: bool,
         times = [r["sides"][side].get("compile_s") for side in ("stock", "overlay")]
         if compiled and None not in times:  # the row the step was compiled at
             line["compile"] = f"{times[0]:.1f} / {times[1]:.1f}"
-    headers = ["model"] + [header(c) for c in columns]
+    headers = ["model"] + [spec.header(c) for c in columns]
     if compiled:
         headers.append("compile s stock / overlay")
     headers.append("measured")
