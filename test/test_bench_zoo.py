@@ -25,7 +25,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tools")
 
 import bench  # noqa: E402
 import bench_zoo as zoo  # noqa: E402
-from bench_report import render_run  # noqa: E402
+from bench_report import newest, render_run  # noqa: E402
 
 try:
     import transformers  # noqa: F401
@@ -62,6 +62,10 @@ class TestZooCommand(TestCase):
                       "decode1, decode_dyn, batch8", out)
         self.assertIn("vit-large: google/vit-large-patch16-224", out)
         self.assertEqual(run_main(["zoo", "--models", "llama7"])[0], 2)
+        # a bound below a batch decode_dyn times would recompile there
+        rc, _, err = run_main(["zoo", "--dyn-max", "8"])
+        self.assertEqual(rc, 2)
+        self.assertIn("--dyn-max 8 is below a batch decode_dyn times (16)", err)
         # under CUDA graphs only the decode rows are timed
         rc, _, err = run_main(["zoo", "--mode", "reduce-overhead", "--rows", "batch8"])
         self.assertEqual(rc, 2)
@@ -240,6 +244,24 @@ class TestZooModels(TestCase):
         self.assertIn("| model | decode_dyn B = 1: stock / overlay us | decode_dyn B = 4: stock / "
                       "overlay us | decode_dyn B = 16: stock / overlay us | measured |", frozen)
         self.assertNotIn("## Dynamic batch", frozen)
+        # a run with the batch bounded (--dyn-max 16): a line of its own after the model's
+        bounded = {**doc, "settings": {**doc["settings"], "dyn_max": 16}}
+        self.assertIn("| gpt2-large, B up to 16 | 106.5 / 106.5 (1.00x) |", render_run(bounded))
+        both = newest([doc, bounded])["dynamic batch"]
+        self.assertEqual(sorted({key[0] for key in both}),
+                         ["gpt2-large", "gpt2-large, B up to 16"])
+
+    def test_dyn_max_bounds_the_marked_batch(self):
+        spec = zoo.SPECS["gpt2-large"]
+        with mock.patch.object(torch._dynamo, "mark_dynamic",
+                               wraps=torch._dynamo.mark_dynamic) as mark:
+            zoo.measure_row(spec, zoo.build(spec, "cpu", tiny=True), "decode_dyn",
+                            device="cpu", timer=lambda call: (call(), 1.0)[1],
+                            compile=lambda f, **kw: torch.compile(f, backend="eager", **kw),
+                            dyn_max=16)
+        self.assertTrue(mark.call_args_list)
+        for call in mark.call_args_list:
+            self.assertEqual(call.kwargs, {"min": 2, "max": 16})
 
     def test_same_code_but_comments(self):
         stock = ["# AOT ID: ['0_inference']\nbuf0 = mm(x, w)\n    # Topologically sorted\n"]

@@ -111,7 +111,8 @@ FAMILY_TEXT = {
     "decode": "One token at batch 1, a decoder step without KV cache (T5-large attends to 128 "
               "cached encoder states). `bench.py zoo --rows decode1`.",
     "dynamic batch": "The same step with the batch dim `mark_dynamic`, compiled at B = 4 and "
-                     "timed at 1, 4, 16 (B = 1 recompiles). `bench.py zoo --rows decode_dyn`. "
+                     "timed at 1, 4, 16 (B = 1 recompiles). `bench.py zoo --rows decode_dyn`; a "
+                     "line *model, B up to N* marks it from 2 to N (`--dyn-max N`). "
                      "Under CUDA graphs: both rows compiled with `mode=\"reduce-overhead\"` "
                      "or `\"max-autotune\"` on both sides, what a launch-bound step costs "
                      "(`bench.py zoo --mode reduce-overhead`, or `max-autotune`).",
@@ -197,13 +198,16 @@ def entries(doc: dict):
         for r in doc["rows"]:
             if "sides" not in r:  # skipped (time budget) or failed before measuring
                 continue
-            mode = (doc.get("settings") or {}).get("mode", "default")
+            settings = doc.get("settings") or {}
+            mode, model = settings.get("mode", "default"), r["model"]
+            if r["row"] == "decode_dyn" and settings.get("dyn_max"):  # a line of its own
+                model = f"{model}, B up to {settings['dyn_max']}"
             if mode == "default":
-                yield ZOO_FAMILY[r["row"]], (r["model"], r["row"], r["batch"]), r
+                yield ZOO_FAMILY[r["row"]], (model, r["row"], r["batch"]), r
             elif mode == "freezing":
-                yield "frozen models", (r["model"], r["row"], r["batch"]), r
+                yield "frozen models", (model, r["row"], r["batch"]), r
             else:
-                yield "CUDA graphs", (r["model"], f"{mode} {r['row']}", r["batch"]), r
+                yield "CUDA graphs", (model, f"{mode} {r['row']}", r["batch"]), r
 
 
 def newest(runs: list[dict]) -> dict[str, dict]:
@@ -265,13 +269,11 @@ def ops_table(family: str, rows: dict) -> str:
 
 def zoo_order(item) -> tuple:
     (model, row, batch), _ = item
-    return ((ZOO_MODELS.index(model) if model in ZOO_MODELS else len(ZOO_MODELS)), model, row,
+    base = model.split(",")[0]  # a bounded dynamic batch's line follows its model's
+    return ((ZOO_MODELS.index(base) if base in ZOO_MODELS else len(ZOO_MODELS)), model, row,
             batch)
 
 
-# the zoo families shown one line a model: the column of a row's key (model, row, batch),
-# its header, the digits of the times, whether a ratio says "same code", whether the line
-# shows its one compile's time
 @dataclasses.dataclass(frozen=True)
 class PerModel:
     """A family tabled one line a model: a column per ``column(key)`` of its rows."""

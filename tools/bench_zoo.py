@@ -328,11 +328,13 @@ def phase_seconds() -> dict:
 
 
 def compile_sides(step, call, errs, entries: dict, first_inputs: tuple, dynamic: bool,
-                  device: str, compile, compiles: int) -> tuple[dict, dict]:
+                  device: str, compile, compiles: int,
+                  dyn_max: int | None = None) -> tuple[dict, dict]:
     """Each side compiled ``compiles`` times, cold (one cache a compile), alternating with
     the other side, and run at each batch of ``entries``: its (re)compile times, and its
     first compile's errors (``errs``) and counters, and each (re)compile's phases
-    (``COMPILE_PHASES``). ``dynamic``: the batch dim of ``first_inputs`` is marked dynamic. Returns the compiled steps and the code of each,
+    (``COMPILE_PHASES``). ``dynamic``: the batch dim of ``first_inputs`` is marked dynamic,
+    up to ``dyn_max`` where given. Returns the compiled steps and the code of each,
     both by (side, compile)."""
     from torch._dynamo.utils import counters
     from torch._inductor.utils import fresh_cache
@@ -349,8 +351,9 @@ def compile_sides(step, call, errs, entries: dict, first_inputs: tuple, dynamic:
                         graphs, first = counters["stats"]["unique_graphs"], b == batches[0]
                         with side_config(side), output_code(codes[side, c]):
                             if dynamic and first:
+                                bound = {} if dyn_max is None else {"min": 2, "max": dyn_max}
                                 for t in first_inputs:
-                                    torch._dynamo.mark_dynamic(t, 0)
+                                    torch._dynamo.mark_dynamic(t, 0, **bound)
                             phases, start = phase_seconds(), time.perf_counter()
                             call(compiled[side, c], b)
                             if device == "cuda":
@@ -376,12 +379,14 @@ def compile_sides(step, call, errs, entries: dict, first_inputs: tuple, dynamic:
 
 
 def measure_row(spec: Spec, model, row: str, device: str = "cuda", timer=kernel_us,
-                compile=torch.compile, compiles: int = 1) -> list[dict]:
+                compile=torch.compile, compiles: int = 1,
+                dyn_max: int | None = None) -> list[dict]:
     """One row of one model, both sides; one entry per batch (decode_dyn has three).
     Each side compiles ``compiles`` times, alternating with the other side, and keeps its
     fastest compile's time per call and its fastest compile time (errors and counters are the
     first compile's); ``same_code`` says whether the sides' first compiles generated the
-    same code (then their ratio is the spread of Inductor's runtime autotuning)."""
+    same code (then their ratio is the spread of Inductor's runtime autotuning).
+    ``dyn_max``: decode_dyn's batch is marked dynamic up to it."""
     train = row == "train"
     batches = DYN_BATCHES if row == "decode_dyn" else (1,) if row == "decode1" else (BATCH,)
     sets = {b: [make_inputs(spec, model, row, b, device, seed) for seed in range(ERR_INPUTS)]
@@ -426,7 +431,7 @@ def measure_row(spec: Spec, model, row: str, device: str = "cuda", timer=kernel_
                       "eager_err": eager["err"], "eager_rms_err": eager["rms_err"], "sides": {}}
     torch._dynamo.reset()
     compiled, codes = compile_sides(step, call, errs, entries, sets[batches[0]][0],
-                                    row == "decode_dyn", device, compile, compiles)
+                                    row == "decode_dyn", device, compile, compiles, dyn_max)
 
     def runner(side, c, b):
         return lambda: call(compiled[side, c], b)
@@ -461,7 +466,8 @@ def run(args, argv) -> int:
     graphs = args.mode in GRAPH_MODES
     doc = {"env": env, "settings": {"timer": WALL_TIMER if graphs else PROFILER_TIMER,
                                     "warmup": WARMUP, "iters": ITERS, "budget_s": args.budget_s,
-                                    "compiles": args.compiles, "mode": args.mode},
+                                    "compiles": args.compiles, "mode": args.mode,
+                                    "dyn_max": args.dyn_max},
            "models": {}, "rows": []}
     compile = functools.partial(torch.compile, mode=args.mode) if graphs else torch.compile
     plan = [(m, r) for m, r in ORDER if m in args.models and r in args.rows
@@ -478,7 +484,7 @@ def run(args, argv) -> int:
         with torch._inductor.config.patch(freezing=args.mode == "freezing"):
             return measure_row(spec, models[spec.name], row,
                                timer=wall_us if graphs else kernel_us, compile=compile,
-                               compiles=args.compiles)
+                               compiles=args.compiles, dyn_max=args.dyn_max)
     for i, (name, row) in enumerate(plan):
         spec, elapsed = SPECS[name], time.perf_counter() - start
         failed = {"model": name, "hidden": spec.hidden, "row": row}
@@ -564,6 +570,8 @@ def main(argv: list[str]) -> int:
         help=f"compiles a side, the fastest kept (default {DEFAULT_COMPILES})")
     add("--mode", choices=MODES, default="default", help="torch.compile's mode for both sides, "
         "timed by wall time per call under CUDA graphs; or freezing=True for both")
+    add("--dyn-max", type=int, metavar="B",
+        help="decode_dyn marks the batch dynamic up to B (at least 16: it times 1, 4, 16)")
     add("--compile-only", action="store_true",
         help="tiny configs, overlays on, GPU-free H200 code generation")
     add("--list", action="store_true", help="the models and their rows")
@@ -574,6 +582,10 @@ def main(argv: list[str]) -> int:
     if unknown:
         print(f"bench.py zoo: unknown {', '.join(unknown)} (rows in mode {args.mode}: "
               f"{', '.join(rows)})", file=sys.stderr)
+        return 2
+    if args.dyn_max is not None and args.dyn_max < max(DYN_BATCHES):
+        print(f"bench.py zoo: --dyn-max {args.dyn_max} is below a batch decode_dyn times "
+              f"({max(DYN_BATCHES)})", file=sys.stderr)
         return 2
     if args.list:
         for s in (SPECS[m] for m in args.models):
