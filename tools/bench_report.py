@@ -346,25 +346,24 @@ def region_table(rows: dict) -> str:
 def per_model_table(rows: dict, spec: PerModel) -> str:
     """One line a model: stock / overlay us (overlay / stock) per column of its rows' keys,
     and where ``spec.compiled`` the compile time of the row it was compiled at."""
-    column, digits, compiled = spec.column, spec.digits, spec.compiled
-    columns = sorted({column(key) for key in rows})
+    columns = sorted({spec.column(key) for key in rows})
     cells: dict[str, dict] = {}
     for key, (doc, r) in sorted(rows.items(), key=zoo_order):
         line = cells.setdefault(key[0], {"measured": set()})
         same = ", same code" if spec.same_code and r.get("same_code") else ""
-        line[column(key)] = (f"{r['sides']['stock']['mean_us']:.{digits}f} / "
-                             f"{r['sides']['overlay']['mean_us']:.{digits}f} "
-                             f"({r['ratio']:.2f}x{same})")
+        line[spec.column(key)] = (f"{r['sides']['stock']['mean_us']:.{spec.digits}f} / "
+                                  f"{r['sides']['overlay']['mean_us']:.{spec.digits}f} "
+                                  f"({r['ratio']:.2f}x{same})")
         line["measured"].add(measured(doc))
         times = [r["sides"][side].get("compile_s") for side in ("stock", "overlay")]
-        if compiled and None not in times:  # the row the step was compiled at
+        if spec.compiled and None not in times:  # the row the step was compiled at
             line["compile"] = f"{times[0]:.1f} / {times[1]:.1f}"
     headers = ["model"] + [spec.header(c) for c in columns]
-    if compiled:
+    if spec.compiled:
         headers.append("compile s stock / overlay")
     headers.append("measured")
     return markdown_table(headers, [[model] + [line.get(c, "-") for c in columns]
-                                    + ([line.get("compile", "-")] if compiled else [])
+                                    + ([line.get("compile", "-")] if spec.compiled else [])
                                     + ["; ".join(sorted(line["measured"]))]
                                     for model, line in cells.items()])
 
